@@ -1,0 +1,191 @@
+// Package driver defines the contract between airlock and an isolation backend.
+//
+// A driver turns a Spec into an isolated environment with airlock-agent running
+// inside it and hands the caller a connection to that agent. Everything above the
+// driver (exec, files, code) talks to the agent, never to the runtime, so it is the
+// same code for every driver. Optional features are small extra interfaces found
+// by type assertion (Pauser, Stater); Capabilities says which ones a driver has.
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"time"
+)
+
+// Isolation names the kind of boundary a driver puts around a sandbox.
+type Isolation string
+
+const (
+	// IsolationContainer shares the host kernel behind namespaces, cgroups and seccomp (runc).
+	IsolationContainer Isolation = "container"
+	// IsolationUserspaceKernel runs the sandbox on a user-space kernel (gVisor).
+	IsolationUserspaceKernel Isolation = "userspace-kernel"
+	// IsolationVM runs the sandbox in its own virtual machine (qemu microvm).
+	IsolationVM Isolation = "vm"
+)
+
+// NetworkMode is a sandbox network policy mode.
+type NetworkMode string
+
+const (
+	NetworkNone      NetworkMode = "none"      // loopback only (default)
+	NetworkAllowlist NetworkMode = "allowlist" // egress to allowed names and CIDRs only
+	NetworkOpen      NetworkMode = "open"      // egress anywhere but the host and private ranges
+)
+
+// Capabilities declares what a driver can do. Callers consult it before they
+// use an optional interface, so they never guess.
+type Capabilities struct {
+	Isolation      Isolation     `json:"isolation"`
+	Pause          bool          `json:"pause"`           // implements Pauser
+	MemorySnapshot bool          `json:"memory_snapshot"` // can checkpoint process memory
+	DiskQuota      bool          `json:"disk_quota"`      // enforces Resources.DiskMB
+	NetworkModes   []NetworkMode `json:"network_modes"`
+}
+
+// HasNetworkMode reports whether m is among c.NetworkModes.
+func (c Capabilities) HasNetworkMode(m NetworkMode) bool {
+	for _, x := range c.NetworkModes {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+// HealthState is the result of a driver's health probe.
+type HealthState string
+
+const (
+	HealthHealthy    HealthState = "healthy"    // usable now
+	HealthUnhealthy  HealthState = "unhealthy"  // present but broken (e.g. cgroups missing)
+	HealthUndetected HealthState = "undetected" // not installed, or needs root
+)
+
+// Health is what Probe found, with a human description of what is missing.
+type Health struct {
+	State       HealthState `json:"state"`
+	Description string      `json:"description,omitempty"`
+}
+
+// Resources are the limits of one sandbox. Zero means the server default.
+type Resources struct {
+	CPU       float64 `json:"cpu"`        // CPUs (quota over period), e.g. 0.5
+	MemoryMB  int64   `json:"memory_mb"`  // memory limit; OOM kills are reported
+	DiskMB    int64   `json:"disk_mb"`    // size of the writable layer
+	PIDs      int64   `json:"pids"`       // maximum number of tasks
+	DiskTmpfs bool    `json:"disk_tmpfs"` // writable layer on tmpfs (counts against memory) instead of a loop ext4 image
+}
+
+// Template is a resolved, read-only root filesystem a sandbox starts from.
+type Template struct {
+	Name    string `json:"name"`
+	Version int    `json:"version"`
+	// Layers are read-only directories on the host, lowest first, that the
+	// driver stacks under the sandbox's writable layer. They are shared by
+	// every sandbox of the template and must never be written to.
+	Layers []string `json:"layers"`
+}
+
+// Spec is everything a driver needs to create one sandbox.
+type Spec struct {
+	ID        string    `json:"id"` // sbx_…; unique, safe as a file and cgroup name
+	Template  Template  `json:"template"`
+	Resources Resources `json:"resources"`
+	Hostname  string    `json:"hostname"`
+	// NetNSPath, when set, is a network namespace prepared by the caller that
+	// the sandbox joins; empty means a fresh namespace with loopback only.
+	NetNSPath string `json:"netns_path,omitempty"`
+}
+
+// Handle identifies a sandbox to its driver across daemon restarts. The store
+// persists it; State is opaque to everything but the driver that wrote it.
+type Handle struct {
+	ID      string          `json:"id"`
+	Driver  string          `json:"driver"`
+	Version int             `json:"version"`
+	State   json.RawMessage `json:"state,omitempty"`
+}
+
+// State is the observed state of a sandbox's runtime.
+type State string
+
+const (
+	StateCreated State = "created" // prepared, not started
+	StateRunning State = "running"
+	StatePaused  State = "paused"
+	StateStopped State = "stopped" // its init exited or it was stopped
+	StateUnknown State = "unknown" // the runtime has no record of it
+)
+
+// Status is what Inspect observed.
+type Status struct {
+	State State `json:"state"`
+	// Pid is the host pid of the sandbox's init (the agent), 0 if none.
+	Pid int `json:"pid,omitempty"`
+	// OOMKills counts processes of the sandbox the kernel killed for memory.
+	OOMKills uint64 `json:"oom_kills"`
+	// ExitCode and ExitSignal describe how init ended once State is stopped.
+	ExitCode   int    `json:"exit_code,omitempty"`
+	ExitSignal string `json:"exit_signal,omitempty"`
+}
+
+// Driver is one isolation backend. Every method is safe for concurrent use on
+// different ids; calls for the same id are serialised by the caller.
+type Driver interface {
+	// Name is the runtime name clients ask for: "runc", "gvisor", "microvm".
+	Name() string
+	// Capabilities says what the driver supports; it does not change at run time.
+	Capabilities() Capabilities
+	// Probe checks that the driver can run sandboxes on this host now.
+	Probe(ctx context.Context) Health
+	// Create prepares storage, limits and the runtime bundle for spec and
+	// returns the handle to persist. Nothing runs yet. On error nothing is left.
+	Create(ctx context.Context, spec Spec) (*Handle, error)
+	// Start runs the sandbox's init (the agent) and returns once it runs.
+	// The agent may not accept connections yet: DialAgent retries.
+	Start(ctx context.Context, id string) error
+	// Stop ends every process of the sandbox, waiting up to timeout for a
+	// graceful exit before it kills. Storage is kept.
+	Stop(ctx context.Context, id string, timeout time.Duration) error
+	// Destroy kills every process and removes all the sandbox's mounts, loop
+	// devices, cgroups, namespaces and files. Idempotent: an unknown id is nil.
+	Destroy(ctx context.Context, id string) error
+	// Recover re-adopts a sandbox from a handle persisted by an earlier daemon.
+	// It returns an error wrapping errdefs.ErrNotFound when the sandbox is gone.
+	Recover(ctx context.Context, h *Handle) error
+	// Inspect reports the runtime's view of the sandbox.
+	Inspect(ctx context.Context, id string) (Status, error)
+	// DialAgent connects to the sandbox's agent, waiting until ctx is done for
+	// it to listen. Each call gives a new connection.
+	DialAgent(ctx context.Context, id string) (net.Conn, error)
+}
+
+// Pauser is implemented by drivers whose Capabilities().Pause is true.
+type Pauser interface {
+	// Pause freezes every process of the sandbox.
+	Pause(ctx context.Context, id string) error
+	// Resume thaws a paused sandbox.
+	Resume(ctx context.Context, id string) error
+}
+
+// Stats is a sample of a sandbox's resource use.
+type Stats struct {
+	CPUSeconds       float64 `json:"cpu_seconds"`
+	MemoryBytes      uint64  `json:"memory_bytes"`
+	MemoryPeakBytes  uint64  `json:"memory_peak_bytes"`
+	PIDs             uint64  `json:"pids"`
+	DiskBytes        uint64  `json:"disk_bytes"`
+	DiskWrittenBytes uint64  `json:"disk_written_bytes"`
+	NetRxBytes       uint64  `json:"net_rx_bytes"`
+	NetTxBytes       uint64  `json:"net_tx_bytes"`
+	OOMKills         uint64  `json:"oom_kills"`
+}
+
+// Stater is implemented by drivers that can sample resource use.
+type Stater interface {
+	// Stats samples the sandbox's current resource use.
+	Stats(ctx context.Context, id string) (Stats, error)
+}
