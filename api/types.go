@@ -1,0 +1,303 @@
+// Package api holds the request and response types of airlock's HTTP API v1,
+// shared by the server and the Go SDK. openapi.yaml beside it is the
+// machine-readable contract; a test keeps the two in step.
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Error codes (the `code` of an error body). Stable: add, never rename.
+const (
+	CodeInvalidArgument    = "invalid_argument"    // 400
+	CodeUnauthenticated    = "unauthenticated"     // 401
+	CodePermissionDenied   = "permission_denied"   // 403
+	CodeSandboxNotFound    = "sandbox_not_found"   // 404
+	CodeExecNotFound       = "exec_not_found"      // 404
+	CodeTemplateNotFound   = "template_not_found"  // 404
+	CodeNotFound           = "not_found"           // 404
+	CodeConflict           = "conflict"            // 409
+	CodeInvalidState       = "invalid_state"       // 409
+	CodePayloadTooLarge    = "payload_too_large"   // 413
+	CodeQuotaExceeded      = "quota_exceeded"      // 429, with Retry-After
+	CodeRateLimited        = "rate_limited"        // 429, with Retry-After
+	CodeCapacityExhausted  = "capacity_exhausted"  // 503, with Retry-After
+	CodeRuntimeUnavailable = "runtime_unavailable" // 503
+	CodeInternal           = "internal"            // 500
+)
+
+// ErrorBody is the body of every non-2xx response.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail describes one error. Message never holds secrets or host paths.
+type ErrorDetail struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	RequestID string `json:"request_id,omitempty"`
+	SandboxID string `json:"sandbox_id,omitempty"`
+}
+
+// Sandbox states.
+const (
+	StateStarting = "starting"
+	StateRunning  = "running"
+	StatePaused   = "paused"
+	StateStopping = "stopping"
+	StateStopped  = "stopped"
+	StateError    = "error"
+)
+
+// Resources are a sandbox's limits. Zero fields take server defaults.
+type Resources struct {
+	CPU      float64 `json:"cpu,omitempty"`
+	MemoryMB int64   `json:"memory_mb,omitempty"`
+	DiskMB   int64   `json:"disk_mb,omitempty"`
+	PIDs     int64   `json:"pids,omitempty"`
+	// DiskTmpfs puts the writable layer on tmpfs (counted against memory).
+	DiskTmpfs bool `json:"disk_tmpfs,omitempty"`
+}
+
+// Network is a sandbox's egress policy.
+type Network struct {
+	Mode  string   `json:"mode,omitempty"` // none | allowlist | open
+	Allow []string `json:"allow,omitempty"`
+}
+
+// VolumeMount attaches a persistent volume to a sandbox path.
+type VolumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes. All fields optional.
+type CreateSandboxRequest struct {
+	Template  string            `json:"template,omitempty"`
+	Runtime   string            `json:"runtime,omitempty"`
+	Resources *Resources        `json:"resources,omitempty"`
+	TimeoutS  *int64            `json:"timeout_s,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Secrets   map[string]string `json:"secrets,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	Network   *Network          `json:"network,omitempty"`
+	Volumes   []VolumeMount     `json:"volumes,omitempty"`
+	AutoPause bool              `json:"auto_pause,omitempty"`
+}
+
+// Sandbox is a sandbox as the API reports it.
+type Sandbox struct {
+	ID              string            `json:"id"`
+	Tenant          string            `json:"tenant"`
+	Template        string            `json:"template"`
+	TemplateVersion int               `json:"template_version"`
+	Runtime         string            `json:"runtime"`
+	State           string            `json:"state"`
+	CreatedAt       time.Time         `json:"created_at"`
+	ExpiresAt       *time.Time        `json:"expires_at,omitempty"`
+	Resources       Resources         `json:"resources"`
+	Metadata        map[string]string `json:"metadata,omitempty"`
+	Network         Network           `json:"network"`
+	ReadyMS         int64             `json:"ready_ms"`
+	Error           *StateError       `json:"error,omitempty"`
+}
+
+// StateError says why a sandbox is in state `error`.
+type StateError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// SandboxList is the body of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes  []Sandbox `json:"sandboxes"`
+	NextCursor string    `json:"next_cursor,omitempty"`
+}
+
+// TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout.
+type TimeoutRequest struct {
+	TimeoutS int64 `json:"timeout_s"`
+}
+
+// Metrics is the body of GET /v1/sandboxes/{id}/metrics.
+type Metrics struct {
+	CPUSeconds       float64 `json:"cpu_seconds"`
+	MemoryBytes      uint64  `json:"memory_bytes"`
+	MemoryPeakBytes  uint64  `json:"memory_peak_bytes"`
+	PIDs             uint64  `json:"pids"`
+	DiskBytes        uint64  `json:"disk_bytes"`
+	DiskWrittenBytes uint64  `json:"disk_written_bytes"`
+	NetRxBytes       uint64  `json:"net_rx_bytes"`
+	NetTxBytes       uint64  `json:"net_tx_bytes"`
+	UptimeS          float64 `json:"uptime_s"`
+}
+
+// Exec statuses.
+const (
+	ExecRunning = "running"
+	ExecExited  = "exited"
+	ExecTimeout = "timeout"
+	ExecKilled  = "killed"
+	ExecOOM     = "oom"
+	ExecError   = "error"
+)
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec. Exactly one of
+// Cmd and Shell is set.
+type ExecRequest struct {
+	Cmd            []string          `json:"cmd,omitempty"`
+	Shell          *string           `json:"shell,omitempty"`
+	Cwd            string            `json:"cwd,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	User           string            `json:"user,omitempty"`
+	TimeoutS       *float64          `json:"timeout_s,omitempty"`
+	Stdin          *string           `json:"stdin,omitempty"`
+	MaxOutputBytes *int64            `json:"max_output_bytes,omitempty"`
+	PTY            bool              `json:"pty,omitempty"`
+}
+
+// ExecResult is an exec's outcome (the JSON mode's response, the SSE `exit`
+// event without Stdout/Stderr, and GET …/execs/{eid}).
+type ExecResult struct {
+	ID         string     `json:"id"`
+	SandboxID  string     `json:"sandbox_id,omitempty"`
+	Cmd        []string   `json:"cmd,omitempty"`
+	Shell      *string    `json:"shell,omitempty"`
+	User       string     `json:"user,omitempty"`
+	Cwd        string     `json:"cwd,omitempty"`
+	ExitCode   *int       `json:"exit_code"`
+	Signal     string     `json:"signal,omitempty"`
+	Status     string     `json:"status"`
+	Stdout     *string    `json:"stdout,omitempty"`
+	Stderr     *string    `json:"stderr,omitempty"`
+	Encoding   string     `json:"encoding,omitempty"` // "base64" when stdout/stderr are not UTF-8
+	Truncated  bool       `json:"truncated"`
+	DurationMS int64      `json:"duration_ms"`
+	StartedAt  time.Time  `json:"started_at"`
+	EndedAt    *time.Time `json:"ended_at,omitempty"`
+	Error      string     `json:"error,omitempty"`
+}
+
+// ExecStarted is the 202 body of an async exec and the SSE `start` event.
+type ExecStarted struct {
+	ID string `json:"id"`
+}
+
+// ExecList is the body of GET /v1/sandboxes/{id}/execs.
+type ExecList struct {
+	Execs      []ExecResult `json:"execs"`
+	NextCursor string       `json:"next_cursor,omitempty"`
+}
+
+// OutputEvent is the data of SSE `stdout` and `stderr` events. Offset is the
+// position of the chunk's first byte in the exec's combined output; a client
+// re-attaches with from_offset = Offset + len(decoded Data).
+type OutputEvent struct {
+	Data     string `json:"data"`
+	Offset   int64  `json:"offset"`
+	Encoding string `json:"encoding,omitempty"` // "base64" when Data is not UTF-8
+}
+
+// SignalRequest is the body of POST …/execs/{eid}/signal.
+type SignalRequest struct {
+	Signal string `json:"signal"`
+}
+
+// PTYResize is the text frame a PTY WebSocket client sends to resize.
+type PTYResize struct {
+	Resize struct {
+		Cols uint16 `json:"cols"`
+		Rows uint16 `json:"rows"`
+	} `json:"resize"`
+}
+
+// FileWritten is the 201 body of PUT /v1/sandboxes/{id}/files.
+type FileWritten struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+// FileInfo describes one file (fs/stat, fs/list).
+type FileInfo struct {
+	Name       string    `json:"name"`
+	Path       string    `json:"path"`
+	Type       string    `json:"type"` // file | dir | symlink | other
+	Size       int64     `json:"size"`
+	Mode       string    `json:"mode"` // octal permission bits, e.g. "0644"
+	Owner      uint32    `json:"uid"`
+	Group      uint32    `json:"gid"`
+	ModifiedAt time.Time `json:"modified_at"`
+	LinkTarget string    `json:"link_target,omitempty"`
+}
+
+// FileList is the body of GET …/fs/list.
+type FileList struct {
+	Entries []FileInfo `json:"entries"`
+}
+
+// MkdirRequest is the body of POST …/fs/mkdir.
+type MkdirRequest struct {
+	Path    string `json:"path"`
+	Parents *bool  `json:"parents,omitempty"` // default true
+	User    string `json:"user,omitempty"`
+}
+
+// MoveRequest is the body of POST …/fs/move.
+type MoveRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	User string `json:"user,omitempty"`
+}
+
+// CreateKeyRequest is the body of POST /v1/keys (admin only).
+type CreateKeyRequest struct {
+	Tenant string `json:"tenant"`
+	Name   string `json:"name"`
+	Admin  bool   `json:"admin,omitempty"`
+}
+
+// Key is an API key's record. Key (the secret) is set only in the response
+// to its creation.
+type Key struct {
+	ID        string     `json:"id"`
+	Tenant    string     `json:"tenant"`
+	Name      string     `json:"name"`
+	Admin     bool       `json:"admin,omitempty"`
+	Key       string     `json:"key,omitempty"`
+	Prefix    string     `json:"prefix,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// KeyList is the body of GET /v1/keys.
+type KeyList struct {
+	Keys []Key `json:"keys"`
+}
+
+// Info is the body of GET /v1/info.
+type Info struct {
+	Version string       `json:"version"`
+	Drivers []DriverInfo `json:"drivers"`
+	Limits  Limits       `json:"limits"`
+}
+
+// DriverInfo describes one runtime on this host.
+type DriverInfo struct {
+	Name         string          `json:"name"`
+	Health       string          `json:"health"` // healthy | unhealthy | undetected
+	Description  string          `json:"description,omitempty"`
+	Capabilities json.RawMessage `json:"capabilities,omitempty"`
+	Default      bool            `json:"default,omitempty"`
+}
+
+// Limits are the server's configured limits and defaults.
+type Limits struct {
+	MaxSandboxes          int       `json:"max_sandboxes"`
+	MaxSandboxesPerTenant int       `json:"max_sandboxes_per_tenant"`
+	DefaultTimeoutS       int64     `json:"default_timeout_s"`
+	MaxTimeoutS           int64     `json:"max_timeout_s"`
+	DefaultResources      Resources `json:"default_resources"`
+	MaxResources          Resources `json:"max_resources"`
+	MaxUploadBytes        int64     `json:"max_upload_bytes"`
+}
