@@ -1,0 +1,57 @@
+# airlock — build, test, run and benchmark.
+# `make run` and `make test` work on a fresh Debian bookworm machine as root.
+
+GO          ?= go
+BIN         := bin
+DATA_DIR    ?= /var/lib/airlock
+TEST_DATA   ?= /var/lib/airlock-test
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS     := -s -w -X github.com/airlockhq/airlock/internal/version.Version=$(VERSION)
+# Host packages the daemon and the test suite need (Debian names).
+DEB_PACKAGES := runc debootstrap e2fsprogs iproute2 nftables util-linux ca-certificates
+
+export AIRLOCK_TEST_DATA_DIR := $(TEST_DATA)
+
+.PHONY: all build deps test unit vet lint run bench clean
+
+all: build
+
+## deps: install the host packages airlock needs (idempotent; root).
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+## build: bin/airlock (daemon + CLI) and bin/airlock-agent (static, runs inside sandboxes).
+build:
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/airlock-agent ./cmd/airlock-agent
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/airlock ./cmd/airlock
+
+vet:
+	$(GO) vet ./...
+
+lint:
+	$(GO) run $(STATICCHECK) ./...
+
+## test: everything, root tests included (run as root; CI does).
+test: deps build vet lint
+	$(GO) test -race -count=1 -timeout 25m ./...
+
+## unit: the tests that need neither root nor host packages.
+unit:
+	$(GO) test -race -short ./...
+
+## run: install, build, prepare the base template (with progress) and start the daemon.
+run: deps build
+	$(BIN)/airlock serve --data-dir $(DATA_DIR)
+
+## bench: measure against the targets in ARCHITECTURE.md; writes docs/benchmarks.md.
+bench: deps build
+	./scripts/bench.sh
+
+clean:
+	rm -rf $(BIN)

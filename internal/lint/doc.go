@@ -1,0 +1,2 @@
+// Package lint holds repository-wide checks that run with the test suite.
+package lint
