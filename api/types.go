@@ -100,11 +100,11 @@ type Sandbox struct {
 	Metadata        map[string]string `json:"metadata,omitempty"`
 	Network         Network           `json:"network"`
 	ReadyMS         int64             `json:"ready_ms"`
-	Error           *StateError       `json:"error,omitempty"`
+	Error           *SandboxError     `json:"error,omitempty"`
 }
 
-// StateError says why a sandbox is in state `error`.
-type StateError struct {
+// SandboxError says why a sandbox is in state `error`.
+type SandboxError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }
@@ -210,6 +210,11 @@ type PTYResize struct {
 		Cols uint16 `json:"cols"`
 		Rows uint16 `json:"rows"`
 	} `json:"resize"`
+}
+
+// StdinWritten is the body of POST …/execs/{eid}/stdin.
+type StdinWritten struct {
+	Written int64 `json:"written"`
 }
 
 // FileWritten is the 201 body of PUT /v1/sandboxes/{id}/files.

@@ -1,0 +1,266 @@
+package template
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// recipe says how a template is made. Everything that changes the result is
+// in the hashed fields, so editing them makes EnsureBase build a new version.
+type recipe struct {
+	name string
+	// Spec is what is hashed.
+	Spec recipeSpec
+	// build makes the root filesystem at rootfs, which does not exist yet.
+	build func(ctx context.Context, rootfs string, spec recipeSpec, p *progress) error
+}
+
+type recipeSpec struct {
+	Suite    string   `json:"suite"`
+	Variant  string   `json:"variant"`
+	Include  []string `json:"include"`
+	User     string   `json:"user"`
+	UID      int      `json:"uid"`
+	Hostname string   `json:"hostname"`
+	// Revision is bumped by hand when the code of the steps changes.
+	Revision int `json:"revision"`
+}
+
+func (r recipe) hash() string {
+	b, _ := json.Marshal(struct {
+		Name string     `json:"name"`
+		Spec recipeSpec `json:"spec"`
+	}{r.name, r.Spec})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// debianBase is the base template: Debian minbase with python3, and a user.
+var debianBase = recipe{
+	name: "base",
+	Spec: recipeSpec{
+		Suite:    "bookworm",
+		Variant:  "minbase", // bash and coreutils come with it
+		Include:  []string{"python3", "ca-certificates"},
+		User:     "user",
+		UID:      1000,
+		Hostname: "sandbox",
+		Revision: 1,
+	},
+	build: buildDebian,
+}
+
+// killGrace is how long debootstrap's process group gets after cancellation
+// before its output pipes are abandoned.
+const killGrace = 5 * time.Second
+
+func buildDebian(ctx context.Context, rootfs string, spec recipeSpec, p *progress) error {
+	mirror, err := Mirror()
+	if err != nil {
+		return err
+	}
+	bin, err := lookSbin("debootstrap")
+	if err != nil {
+		return err
+	}
+	p.step("debootstrap %s (%s) from %s", spec.Suite, spec.Variant, mirror)
+	out := &toolOutput{p: p, prefix: "debootstrap"}
+	cmd := exec.CommandContext(ctx, bin,
+		"--variant="+spec.Variant,
+		"--include="+strings.Join(spec.Include, ","),
+		spec.Suite, rootfs, mirror)
+	cmd.Env = append(os.Environ(), "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive",
+		"PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+	cmd.Stdout, cmd.Stderr = out, out
+	// debootstrap is a shell script that runs wget, dpkg and chroot: put them
+	// in one process group and kill the group on cancellation.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = killGrace
+	err = cmd.Run()
+	out.Close()
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: debootstrap: %v; last output:\n%s", errdefs.ErrUnavailable, err, out.Tail())
+	}
+	p.step("configuring user, hostname and caches")
+	if err := customize(rootfs, spec); err != nil {
+		return fmt.Errorf("customizing rootfs: %w", err)
+	}
+	return nil
+}
+
+func lookSbin(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/sbin", "/sbin"} {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errdefs.Wrap(errdefs.ErrRuntimeUnavailable, "%s not found (install it with apt)", name)
+}
+
+// customize finishes a debootstrapped tree without running anything in it:
+// the user, hostname, hosts, /tmp, the agent's mount point, and no caches.
+func customize(root string, spec recipeSpec) error {
+	uid := spec.UID
+	home := "/home/" + spec.User
+	days := time.Now().Unix() / 86400
+	for _, e := range []struct{ file, line string }{
+		{"etc/passwd", fmt.Sprintf("%s:x:%d:%d::%s:/bin/bash", spec.User, uid, uid, home)},
+		{"etc/group", fmt.Sprintf("%s:x:%d:", spec.User, uid)},
+		// "*": no password login; the agent starts the user's processes.
+		{"etc/shadow", fmt.Sprintf("%s:*:%d:0:99999:7:::", spec.User, days)},
+		{"etc/gshadow", fmt.Sprintf("%s:!::", spec.User)},
+	} {
+		if err := addEntry(filepath.Join(root, e.file), e.line); err != nil {
+			return err
+		}
+	}
+
+	h := filepath.Join(root, home)
+	if err := os.MkdirAll(h, 0o755); err != nil {
+		return err
+	}
+	if err := copySkel(filepath.Join(root, "etc/skel"), h, uid); err != nil {
+		return err
+	}
+	if err := os.Chown(h, uid, uid); err != nil {
+		return err
+	}
+	if err := os.Chmod(h, 0o755); err != nil {
+		return err
+	}
+
+	files := []struct {
+		path, data string
+	}{
+		{"etc/hostname", spec.Hostname + "\n"},
+		{"etc/hosts", "127.0.0.1\tlocalhost\n127.0.1.1\t" + spec.Hostname + "\n" +
+			"::1\t\tlocalhost ip6-localhost ip6-loopback\nff02::1\t\tip6-allnodes\nff02::2\t\tip6-allrouters\n"},
+		// debootstrap copied the host's resolver; the sandbox's network
+		// decides its own, so nothing of the host stays in the template.
+		{"etc/resolv.conf", "# written by airlock when the sandbox has a network\n"},
+	}
+	for _, f := range files {
+		p := filepath.Join(root, f.path)
+		_ = os.Remove(p) // may be a symlink pointing outside the tree
+		if err := os.WriteFile(p, []byte(f.data), 0o644); err != nil {
+			return err
+		}
+	}
+
+	for _, d := range []struct {
+		path string
+		mode fs.FileMode
+	}{
+		{"tmp", 0o777 | fs.ModeSticky},
+		{".airlock", 0o755},
+	} {
+		p := filepath.Join(root, d.path)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, d.mode); err != nil {
+			return err
+		}
+	}
+
+	for _, pat := range []string{
+		"var/cache/apt/archives/*.deb",
+		"var/cache/apt/archives/partial/*",
+		"var/cache/apt/*.bin",
+		"var/lib/apt/lists/*",
+	} {
+		m, err := filepath.Glob(filepath.Join(root, pat))
+		if err != nil {
+			return err
+		}
+		for _, p := range m {
+			if err := os.RemoveAll(p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// addEntry appends line to a colon-separated database file (passwd, group…)
+// unless an entry of that name exists. The file keeps its mode and owner.
+func addEntry(path, line string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	name, _, _ := strings.Cut(line, ":")
+	for _, l := range strings.Split(string(b), "\n") {
+		if n, _, _ := strings.Cut(l, ":"); n == name {
+			return nil
+		}
+	}
+	if len(b) > 0 && !bytes.HasSuffix(b, []byte("\n")) {
+		b = append(b, '\n')
+	}
+	b = append(b, line+"\n"...)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// copySkel copies the regular files of skel (not recursive: Debian's skel is
+// flat) into home, owned by uid.
+func copySkel(skel, home string, uid int) error {
+	ents, err := os.ReadDir(skel)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join(skel, e.Name()))
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(home, e.Name())
+		if err := os.WriteFile(dst, b, fi.Mode().Perm()); err != nil {
+			return err
+		}
+		if err := os.Chown(dst, uid, uid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
