@@ -1,0 +1,230 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// Error classes. An *APIError matches exactly one of them with errors.Is
+// (invalid_state also matches ErrConflict: both are 409). They are the same
+// values as airlock's internal error classes, so server-side code can compare
+// too.
+var (
+	ErrInvalidArgument    = errdefs.ErrInvalidArgument    // 400 invalid_argument
+	ErrUnauthenticated    = errdefs.ErrUnauthenticated    // 401 unauthenticated
+	ErrPermissionDenied   = errdefs.ErrPermissionDenied   // 403 permission_denied
+	ErrNotFound           = errdefs.ErrNotFound           // 404 *_not_found
+	ErrConflict           = errdefs.ErrConflict           // 409 conflict
+	ErrInvalidState       = errdefs.ErrInvalidState       // 409 invalid_state
+	ErrAlreadyExists      = errdefs.ErrAlreadyExists      // 409 already_exists
+	ErrTooLarge           = errdefs.ErrTooLarge           // 413 payload_too_large
+	ErrQuotaExceeded      = errdefs.ErrQuotaExceeded      // 429 quota_exceeded
+	ErrRateLimited        = errdefs.ErrRateLimited        // 429 rate_limited
+	ErrInternal           = errdefs.ErrInternal           // 500 internal
+	ErrNotImplemented     = errdefs.ErrNotImplemented     // 501
+	ErrCapacityExhausted  = errdefs.ErrCapacityExhausted  // 503 capacity_exhausted
+	ErrRuntimeUnavailable = errdefs.ErrRuntimeUnavailable // 503 runtime_unavailable
+	ErrUnavailable        = errdefs.ErrUnavailable        // server unreachable, 502/504, other 503
+)
+
+// codeClass maps the API's stable error codes to classes.
+var codeClass = map[string]error{
+	api.CodeInvalidArgument:    ErrInvalidArgument,
+	api.CodeUnauthenticated:    ErrUnauthenticated,
+	api.CodePermissionDenied:   ErrPermissionDenied,
+	api.CodeSandboxNotFound:    ErrNotFound,
+	api.CodeExecNotFound:       ErrNotFound,
+	api.CodeTemplateNotFound:   ErrNotFound,
+	api.CodeNotFound:           ErrNotFound,
+	api.CodeConflict:           ErrConflict,
+	api.CodeInvalidState:       ErrInvalidState,
+	"already_exists":           ErrAlreadyExists,
+	api.CodePayloadTooLarge:    ErrTooLarge,
+	api.CodeQuotaExceeded:      ErrQuotaExceeded,
+	api.CodeRateLimited:        ErrRateLimited,
+	api.CodeCapacityExhausted:  ErrCapacityExhausted,
+	api.CodeRuntimeUnavailable: ErrRuntimeUnavailable,
+	api.CodeInternal:           ErrInternal,
+	"not_implemented":          ErrNotImplemented,
+	"unavailable":              ErrUnavailable,
+}
+
+// statusClass is the fallback for a code this SDK does not know (a newer
+// server may add codes; it never renames them).
+func statusClass(status int) error {
+	switch {
+	case status == http.StatusBadRequest:
+		return ErrInvalidArgument
+	case status == http.StatusUnauthorized:
+		return ErrUnauthenticated
+	case status == http.StatusForbidden:
+		return ErrPermissionDenied
+	case status == http.StatusNotFound:
+		return ErrNotFound
+	case status == http.StatusConflict:
+		return ErrConflict
+	case status == http.StatusRequestEntityTooLarge:
+		return ErrTooLarge
+	case status == http.StatusTooManyRequests:
+		return ErrRateLimited
+	case status == http.StatusNotImplemented:
+		return ErrNotImplemented
+	case status == http.StatusBadGateway, status == http.StatusServiceUnavailable, status == http.StatusGatewayTimeout:
+		return ErrUnavailable
+	case status >= 400 && status < 500:
+		return ErrInvalidArgument
+	default:
+		return ErrInternal
+	}
+}
+
+// APIError is a non-2xx answer of the server.
+type APIError struct {
+	StatusCode int    // HTTP status; 0 for an error event inside a stream
+	Code       string // stable API error code, e.g. "sandbox_not_found"
+	Message    string // client-safe message from the server
+	RequestID  string // req_…, quote it when reporting a problem
+	SandboxID  string // the sandbox concerned, when there is one
+	// RetryAfter is the server's Retry-After (429 and 503), 0 when absent.
+	RetryAfter time.Duration
+}
+
+// Error implements error: "message (code)".
+func (e *APIError) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = strings.ToLower(http.StatusText(e.StatusCode))
+	}
+	if msg == "" {
+		msg = "request failed"
+	}
+	return fmt.Sprintf("%s (%s)", msg, e.Code)
+}
+
+// Class returns the sentinel class of the error (ErrNotFound, …).
+func (e *APIError) Class() error {
+	if cls, ok := codeClass[e.Code]; ok {
+		return cls
+	}
+	return statusClass(e.StatusCode)
+}
+
+// Is makes errors.Is(err, client.ErrNotFound) and friends work.
+func (e *APIError) Is(target error) bool {
+	cls := e.Class()
+	if target == cls {
+		return true
+	}
+	// invalid_state is a kind of conflict (both 409).
+	return cls == ErrInvalidState && target == ErrConflict
+}
+
+// RetryAfter returns how long the server asked the caller to wait, and
+// whether err is an answer that may succeed later (429 rate/quota with
+// Retry-After, 503 capacity_exhausted, or an unreachable server).
+func RetryAfter(err error) (time.Duration, bool) {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		switch {
+		case ae.RetryAfter > 0:
+			return ae.RetryAfter, true
+		case errors.Is(ae, ErrCapacityExhausted), errors.Is(ae, ErrRateLimited), errors.Is(ae, ErrUnavailable):
+			return 0, true
+		}
+		return 0, false
+	}
+	var te *TransportError
+	return 0, errors.As(err, &te)
+}
+
+// decodeError builds the *APIError of a non-2xx response.
+func decodeError(resp *http.Response) error {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	e := &APIError{
+		StatusCode: resp.StatusCode,
+		RequestID:  resp.Header.Get("X-Request-Id"),
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+	}
+	var body api.ErrorBody
+	if json.Unmarshal(raw, &body) == nil && body.Error.Code != "" {
+		e.Code = body.Error.Code
+		e.Message = body.Error.Message
+		e.SandboxID = body.Error.SandboxID
+		if body.Error.RequestID != "" {
+			e.RequestID = body.Error.RequestID
+		}
+		return e
+	}
+	// Not our error body (a proxy in between, or an old server): keep a
+	// short, single-line excerpt so the caller still learns something.
+	e.Code = codeForStatus(resp.StatusCode)
+	e.Message = excerpt(raw)
+	return e
+}
+
+// codeForStatus names the class of a status for errors without a body.
+func codeForStatus(status int) string {
+	switch statusClass(status) {
+	case ErrInvalidArgument:
+		return api.CodeInvalidArgument
+	case ErrUnauthenticated:
+		return api.CodeUnauthenticated
+	case ErrPermissionDenied:
+		return api.CodePermissionDenied
+	case ErrNotFound:
+		return api.CodeNotFound
+	case ErrConflict:
+		return api.CodeConflict
+	case ErrTooLarge:
+		return api.CodePayloadTooLarge
+	case ErrRateLimited:
+		return api.CodeRateLimited
+	case ErrNotImplemented:
+		return "not_implemented"
+	case ErrUnavailable:
+		return "unavailable"
+	default:
+		return api.CodeInternal
+	}
+}
+
+// excerpt returns the first line of b, at most 200 bytes, or "".
+func excerpt(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+// parseRetryAfter reads a Retry-After header: delay-seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}

@@ -1,0 +1,77 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+)
+
+// A sandbox's life: create, run a command, copy a file in, delete.
+func Example() {
+	ctx := context.Background()
+	c, err := client.New("", "", client.FromEnv()) // AIRLOCK_URL, AIRLOCK_API_KEY
+	if err != nil {
+		log.Fatal(err)
+	}
+	sbx, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base", Metadata: map[string]string{"user": "u-42"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.DeleteSandbox(context.WithoutCancel(ctx), sbx.ID)
+
+	if _, err := c.WriteFile(ctx, sbx.ID, "/home/user/task.py", strings.NewReader("print(6*7)\n")); err != nil {
+		log.Fatal(err)
+	}
+	res, err := c.Exec(ctx, sbx.ID, api.ExecRequest{Cmd: []string{"python3", "/home/user/task.py"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	stdout, _, _ := client.Output(res)
+	fmt.Printf("%s exit %d: %s", res.Status, *res.ExitCode, stdout)
+}
+
+// Streaming output as it happens; a dropped connection resumes by itself.
+func ExampleClient_ExecStream() {
+	ctx := context.Background()
+	c, _ := client.New("", "", client.FromEnv())
+	shell := "for i in 1 2 3; do echo $i; sleep 1; done"
+	for ev, err := range c.ExecStream(ctx, "sbx_…", api.ExecRequest{Shell: &shell}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		switch ev.Type {
+		case client.EventStdout:
+			os.Stdout.Write(ev.Data)
+		case client.EventStderr:
+			os.Stderr.Write(ev.Data)
+		case client.EventExit:
+			fmt.Println("status:", ev.Result.Status)
+		}
+	}
+}
+
+// Errors carry the API's code; classes match with errors.Is, and busy
+// servers say when to come back.
+func ExampleAPIError() {
+	ctx := context.Background()
+	c, _ := client.New("", "", client.FromEnv())
+	for {
+		_, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		if wait, ok := client.RetryAfter(err); ok && errors.Is(err, client.ErrCapacityExhausted) {
+			time.Sleep(max(wait, time.Second))
+			continue
+		}
+		var ae *client.APIError
+		if errors.As(err, &ae) {
+			log.Printf("%s (code %s, request %s)", ae.Message, ae.Code, ae.RequestID)
+		}
+		return
+	}
+}

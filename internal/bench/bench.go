@@ -1,0 +1,340 @@
+// Package bench measures a running airlock server against local baselines (bare runc, fork/exec, cp) for `make bench`.
+//
+// Every figure is a ratio taken in one run on one host, because absolute
+// numbers mean little across machines: create → first command result
+// against a bare `runc run` of the same rootfs, an exec round trip against a
+// local fork/exec, and file transfer throughput against a local cp. The
+// targets are those of docs ARCHITECTURE ("Performance targets").
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+)
+
+// Config says what to measure and how often.
+type Config struct {
+	Client *client.Client
+	// Template and Runtime of the sandboxes created ("" = server default).
+	Template, Runtime string
+	// CreateRuns, ExecRuns, FileRuns are the measured iterations of each part.
+	CreateRuns, ExecRuns, FileRuns int
+	// FileBytes is the size of the upload/download (100 MiB by default).
+	FileBytes int64
+	// Rootfs is the template's root filesystem on this host, for the bare
+	// runc baseline; "" skips that baseline.
+	Rootfs string
+	// RuncPath is the runc binary ("" = "runc" on PATH).
+	RuncPath string
+	// WorkDir holds the baselines' scratch files ("" = os.TempDir()).
+	WorkDir string
+	// Progress receives one line per phase ("" = io.Discard).
+	Progress io.Writer
+}
+
+func (c *Config) defaults() {
+	if c.CreateRuns <= 0 {
+		c.CreateRuns = 10
+	}
+	if c.ExecRuns <= 0 {
+		c.ExecRuns = 200
+	}
+	if c.FileRuns <= 0 {
+		c.FileRuns = 3
+	}
+	if c.FileBytes <= 0 {
+		c.FileBytes = 100 << 20
+	}
+	if c.RuncPath == "" {
+		c.RuncPath = "runc"
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+}
+
+// Samples are the durations of one measured operation.
+type Samples []time.Duration
+
+// Percentile returns the q-th percentile (0 < q ≤ 100) by nearest rank.
+func (s Samples) Percentile(q float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	sorted := slices.Clone(s)
+	slices.Sort(sorted)
+	rank := int(math.Ceil(q / 100 * float64(len(sorted))))
+	rank = min(max(rank, 1), len(sorted))
+	return sorted[rank-1]
+}
+
+// Report is the outcome of one run: airlock's measurements and the
+// baselines beside them. A missing baseline is nil with a reason in Notes.
+type Report struct {
+	Create, Exec, Upload, Download Samples
+	BareRunc, ForkExec, LocalCp    Samples
+	FileBytes                      int64
+	Notes                          []string
+}
+
+// Run measures. It creates and deletes its own sandboxes; a sandbox it made
+// is deleted even when a measurement fails.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg.defaults()
+	r := &Report{FileBytes: cfg.FileBytes}
+	c := cfg.Client
+	creq := api.CreateSandboxRequest{Template: cfg.Template, Runtime: cfg.Runtime}
+	trueReq := api.ExecRequest{Cmd: []string{"true"}}
+
+	// (a) cold create → first command result. One unmeasured round first,
+	// so that the template's pages are in the cache for every measured one.
+	fmt.Fprintf(cfg.Progress, "create → first result: %d runs\n", cfg.CreateRuns)
+	for i := -1; i < cfg.CreateRuns; i++ {
+		start := time.Now()
+		sbx, err := c.CreateSandbox(ctx, creq)
+		if err != nil {
+			return nil, fmt.Errorf("creating sandbox: %w", err)
+		}
+		res, err := c.Exec(ctx, sbx.ID, trueReq)
+		d := time.Since(start)
+		derr := deleteSandbox(ctx, c, sbx.ID)
+		if err != nil {
+			return nil, fmt.Errorf("first command: %w", err)
+		}
+		if err := succeeded(res); err != nil {
+			return nil, fmt.Errorf("first command: %w", err)
+		}
+		if derr != nil {
+			return nil, derr
+		}
+		if i >= 0 {
+			r.Create = append(r.Create, d)
+		}
+	}
+
+	// (b) and (c) in one sandbox.
+	sbx, err := c.CreateSandbox(ctx, creq)
+	if err != nil {
+		return nil, fmt.Errorf("creating sandbox: %w", err)
+	}
+	defer deleteSandbox(ctx, c, sbx.ID)
+
+	fmt.Fprintf(cfg.Progress, "exec echo hi: %d runs\n", cfg.ExecRuns)
+	echo := api.ExecRequest{Cmd: []string{"echo", "hi"}}
+	// A few unmeasured execs open and warm the keep-alive connection.
+	for i := -5; i < cfg.ExecRuns; i++ {
+		start := time.Now()
+		res, err := c.Exec(ctx, sbx.ID, echo)
+		d := time.Since(start)
+		if err != nil {
+			return nil, fmt.Errorf("exec: %w", err)
+		}
+		if err := succeeded(res); err != nil {
+			return nil, err
+		}
+		if res.Stdout == nil || *res.Stdout != "hi\n" {
+			return nil, fmt.Errorf("exec echo hi: unexpected output")
+		}
+		if i >= 0 {
+			r.Exec = append(r.Exec, d)
+		}
+	}
+
+	fmt.Fprintf(cfg.Progress, "upload and download %d MiB: %d runs\n", cfg.FileBytes>>20, cfg.FileRuns)
+	data := make([]byte, cfg.FileBytes)
+	_, _ = rand.Read(data) // incompressible, like real artefacts
+	const remote = "/home/user/airlock-bench.bin"
+	for range cfg.FileRuns {
+		start := time.Now()
+		w, err := c.WriteFile(ctx, sbx.ID, remote, bytes.NewReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("upload: %w", err)
+		}
+		r.Upload = append(r.Upload, time.Since(start))
+		if w.Size != cfg.FileBytes {
+			return nil, fmt.Errorf("upload wrote %d bytes, want %d", w.Size, cfg.FileBytes)
+		}
+		start = time.Now()
+		rc, err := c.ReadFile(ctx, sbx.ID, remote)
+		if err != nil {
+			return nil, fmt.Errorf("download: %w", err)
+		}
+		n, err := io.Copy(io.Discard, rc)
+		rc.Close()
+		if err != nil {
+			return nil, fmt.Errorf("download: %w", err)
+		}
+		r.Download = append(r.Download, time.Since(start))
+		if n != cfg.FileBytes {
+			return nil, fmt.Errorf("download read %d bytes, want %d", n, cfg.FileBytes)
+		}
+	}
+
+	// Baselines, in the same run.
+	fmt.Fprintln(cfg.Progress, "baselines: fork/exec, cp, bare runc")
+	if r.ForkExec, err = forkExec(ctx, cfg.ExecRuns); err != nil {
+		r.Notes = append(r.Notes, "fork/exec baseline failed: "+err.Error())
+	}
+	if r.LocalCp, err = localCp(ctx, cfg.WorkDir, data, cfg.FileRuns); err != nil {
+		r.Notes = append(r.Notes, "cp baseline failed: "+err.Error())
+	}
+	switch {
+	case cfg.Rootfs == "":
+		r.Notes = append(r.Notes, "bare runc baseline skipped: no --rootfs given")
+	default:
+		if r.BareRunc, err = bareRunc(ctx, cfg.RuncPath, cfg.Rootfs, cfg.WorkDir, cfg.CreateRuns); err != nil {
+			r.Notes = append(r.Notes, "bare runc baseline failed: "+err.Error())
+		}
+	}
+	return r, nil
+}
+
+// deleteSandbox deletes on a context of its own: a measurement that failed
+// because ctx ended must still not leave its sandbox behind.
+func deleteSandbox(ctx context.Context, c *client.Client, id string) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := c.DeleteSandbox(dctx, id); err != nil {
+		return fmt.Errorf("deleting sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+func succeeded(res *api.ExecResult) error {
+	if res.Status != api.ExecExited || res.ExitCode == nil || *res.ExitCode != 0 {
+		return fmt.Errorf("command ended with status %s: %s", res.Status, res.Error)
+	}
+	return nil
+}
+
+// Row is one line of the report table.
+type Row struct {
+	Metric   string
+	Airlock  string // p50 (and p99) or throughput
+	Baseline string
+	Ratio    float64 // NaN when there is no baseline
+	Target   string
+	OK       *bool // nil when it cannot be judged
+}
+
+// Rows computes the report's table: each airlock figure against its
+// baseline and target.
+func (r *Report) Rows() []Row {
+	judge := func(ok bool) *bool { return &ok }
+	var rows []Row
+
+	row := Row{Metric: "create → first command result (cold)", Target: "≤ 2× bare runc", Ratio: math.NaN(),
+		Airlock: fmtP(r.Create)}
+	if len(r.BareRunc) > 0 && len(r.Create) > 0 {
+		row.Baseline = "bare `runc run /bin/true` " + ms(r.BareRunc.Percentile(50))
+		row.Ratio = ratio(r.Create.Percentile(50), r.BareRunc.Percentile(50))
+		row.OK = judge(row.Ratio <= 2)
+	}
+	rows = append(rows, row)
+
+	row = Row{Metric: "exec round trip (`echo hi`), p50", Target: "≤ 3× fork/exec", Ratio: math.NaN(), Airlock: fmtP(r.Exec)}
+	if len(r.ForkExec) > 0 && len(r.Exec) > 0 {
+		row.Baseline = "fork/exec `/bin/echo` " + ms(r.ForkExec.Percentile(50))
+		row.Ratio = ratio(r.Exec.Percentile(50), r.ForkExec.Percentile(50))
+		row.OK = judge(row.Ratio <= 3)
+	}
+	rows = append(rows, row)
+	row = Row{Metric: "exec round trip, p99 / p50", Target: "≤ 3×", Ratio: math.NaN(), Airlock: fmtP(r.Exec)}
+	if len(r.Exec) > 0 {
+		row.Baseline = "its own p50"
+		row.Ratio = ratio(r.Exec.Percentile(99), r.Exec.Percentile(50))
+		row.OK = judge(row.Ratio <= 3)
+	}
+	rows = append(rows, row)
+
+	for _, f := range []struct {
+		name string
+		s    Samples
+	}{{"upload", r.Upload}, {"download", r.Download}} {
+		row := Row{Metric: fmt.Sprintf("%s %d MiB", f.name, r.FileBytes>>20), Target: "≥ 0.5× cp", Ratio: math.NaN(),
+			Airlock: mbps(r.FileBytes, f.s.Percentile(50))}
+		if len(r.LocalCp) > 0 && len(f.s) > 0 {
+			row.Baseline = "local `cp` " + mbps(r.FileBytes, r.LocalCp.Percentile(50))
+			// Throughput ratio: the inverse of the time ratio.
+			row.Ratio = ratio(r.LocalCp.Percentile(50), f.s.Percentile(50))
+			row.OK = judge(row.Ratio >= 0.5)
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// Markdown renders the report as a table plus notes.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	b.WriteString("| metric | airlock | baseline | ratio | target | met |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	for _, row := range r.Rows() {
+		ratio, met := "n/a", "n/a"
+		if !math.IsNaN(row.Ratio) {
+			ratio = fmt.Sprintf("%.2f×", row.Ratio)
+		}
+		if row.OK != nil {
+			met = "no"
+			if *row.OK {
+				met = "yes"
+			}
+		}
+		baseline := row.Baseline
+		if baseline == "" {
+			baseline = "n/a"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", row.Metric, row.Airlock, baseline, ratio, row.Target, met)
+	}
+	fmt.Fprintf(&b, "\nruns: create %d, exec %d, files %d\n", len(r.Create), len(r.Exec), len(r.Upload))
+	for _, n := range r.Notes {
+		b.WriteString("\n- " + n)
+	}
+	if len(r.Notes) > 0 {
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// AllMet reports whether every judged target was met (unjudged rows do not count).
+func (r *Report) AllMet() bool {
+	for _, row := range r.Rows() {
+		if row.OK != nil && !*row.OK {
+			return false
+		}
+	}
+	return true
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return math.NaN()
+	}
+	return float64(a) / float64(b)
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+func fmtP(s Samples) string {
+	if len(s) == 0 {
+		return "n/a"
+	}
+	return "p50 " + ms(s.Percentile(50)) + ", p99 " + ms(s.Percentile(99))
+}
+
+func mbps(n int64, d time.Duration) string {
+	if d <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f MB/s", float64(n)/d.Seconds()/1e6)
+}

@@ -1,0 +1,74 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/airlockhq/airlock/client"
+)
+
+// Main is airlock-bench: it parses args, runs the benchmark against the
+// server and prints the markdown report on stdout. It returns the exit code:
+// 0 when every judged target was met, 1 when one was not (or with --strict
+// when a baseline is missing), 2 for an error.
+func Main(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("airlock-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		cfg        Config
+		url, key   string
+		fileMB     int64
+		jsonOut    bool
+		reportOnly bool
+	)
+	fs.StringVar(&url, "url", os.Getenv(client.EnvURL), "server URL (env AIRLOCK_URL, default "+client.DefaultURL+")")
+	fs.StringVar(&key, "api-key", os.Getenv(client.EnvAPIKey), "API key (env AIRLOCK_API_KEY)")
+	fs.StringVar(&cfg.Template, "template", "", "template of the sandboxes (server default)")
+	fs.StringVar(&cfg.Runtime, "runtime", "", "runtime of the sandboxes (server default)")
+	fs.IntVar(&cfg.CreateRuns, "create-runs", 10, "measured create → first result runs (and bare runc runs)")
+	fs.IntVar(&cfg.ExecRuns, "exec-runs", 200, "measured exec round trips (and fork/exec runs)")
+	fs.IntVar(&cfg.FileRuns, "file-runs", 3, "measured upload/download runs (and cp runs)")
+	fs.Int64Var(&fileMB, "file-mb", 100, "size of the file transfer in MiB")
+	fs.StringVar(&cfg.Rootfs, "rootfs", "", "the template's rootfs on this host, for the bare runc baseline (e.g. <data-dir>/templates/base/1/rootfs)")
+	fs.StringVar(&cfg.RuncPath, "runc", "runc", "runc binary for the baseline")
+	fs.StringVar(&cfg.WorkDir, "work-dir", "", "scratch directory for the baselines (default $TMPDIR)")
+	fs.BoolVar(&jsonOut, "json", false, "print the raw samples as JSON instead of the table")
+	fs.BoolVar(&reportOnly, "no-fail", false, "exit 0 even when a target is missed")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	c, err := client.New(url, key, client.WithUserAgent("airlock-bench"))
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock-bench: %v\n", err)
+		return 2
+	}
+	cfg.Client = c
+	cfg.FileBytes = fileMB << 20
+	cfg.Progress = stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r, err := Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock-bench: %v\n", err)
+		return 2
+	}
+	if jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			return 2
+		}
+	} else {
+		fmt.Fprint(stdout, r.Markdown())
+	}
+	if !r.AllMet() && !reportOnly {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockhq/airlock/api"
+)
+
+func (a *app) newKeysCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "keys",
+		Aliases: []string{"key"},
+		Short:   "Manage API keys (create and revoke need an admin key)",
+		Args:    cobra.ArbitraryArgs,
+		RunE:    groupRunE,
+	}
+	cmd.AddCommand(a.newKeysCreateCmd(), a.newKeysLsCmd(), a.newKeysRmCmd())
+	return cmd
+}
+
+func (a *app) newKeysCreateCmd() *cobra.Command {
+	var req api.CreateKeyRequest
+	cmd := &cobra.Command{
+		Use:   "create --tenant TENANT [--name NAME] [--admin]",
+		Short: "Create an API key and print its secret (shown this once)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if req.Tenant == "" {
+				return usagef("--tenant is required")
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			k, err := c.CreateKey(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return printJSON(a.stdout, k)
+			}
+			// The secret alone on stdout, for `KEY=$(airlock keys create …)`;
+			// the rest on stderr.
+			fmt.Fprintf(a.stderr, "created %s for tenant %s; the key is shown only now:\n", k.ID, k.Tenant)
+			_, err = fmt.Fprintln(a.stdout, k.Key)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&req.Tenant, "tenant", "", "tenant the key acts for")
+	cmd.Flags().StringVar(&req.Name, "name", "", "a label for the key")
+	cmd.Flags().BoolVar(&req.Admin, "admin", false, "an admin key (acts on every tenant)")
+	return cmd
+}
+
+func (a *app) newKeysLsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List API keys (never their secrets)",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			keys, err := c.ListKeys(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				if keys == nil {
+					keys = []api.Key{}
+				}
+				return printJSON(a.stdout, keys)
+			}
+			now := time.Now()
+			t := newTable(a.stdout, "ID", "TENANT", "NAME", "PREFIX", "ADMIN", "CREATED", "REVOKED")
+			for _, k := range keys {
+				admin := ""
+				if k.Admin {
+					admin = "yes"
+				}
+				revoked := ""
+				if k.RevokedAt != nil {
+					revoked = ago(*k.RevokedAt, now)
+				}
+				t.row(k.ID, k.Tenant, k.Name, k.Prefix, admin, ago(k.CreatedAt, now), revoked)
+			}
+			return t.flush()
+		},
+	}
+}
+
+func (a *app) newKeysRmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm KEY_ID",
+		Aliases: []string{"revoke", "delete"},
+		Short:   "Revoke an API key (effective at once)",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			return c.DeleteKey(cmd.Context(), args[0])
+		},
+	}
+}

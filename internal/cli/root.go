@@ -1,0 +1,261 @@
+// Package cli implements the `airlock` command line: a client of the HTTP API through the Go SDK, plus `serve` and `doctor`.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockhq/airlock/client"
+)
+
+// Exit codes of the CLI besides a command's own (see exec).
+const (
+	exitError       = 1   // any error, with a one-line message on stderr
+	exitTimeout     = 124 // the command hit its timeout (as timeout(1))
+	exitInterrupted = 130 // 128 + SIGINT
+)
+
+// app is one invocation of the CLI: its streams, environment and flags.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	// interrupts delivers SIGINT/SIGTERM; commands that must clean up
+	// (run, exec) watch it instead of dying with the process.
+	interrupts <-chan os.Signal
+	// winch delivers SIGWINCH for `shell`.
+	winch <-chan os.Signal
+	// homeDir finds the user's home for the key file.
+	homeDir func() (string, error)
+
+	url    string
+	apiKey string
+	output string
+	// noKey records that no API key was found, to explain an unauthenticated answer.
+	noKey bool
+
+	sys sysProbe // doctor's view of the host
+}
+
+// Execute runs the CLI with the process's arguments and exits with its code.
+func Execute() {
+	interrupts := make(chan os.Signal, 2)
+	signal.Notify(interrupts, os.Interrupt, syscall.SIGTERM)
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	a := &app{
+		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr,
+		getenv: os.Getenv, interrupts: interrupts, winch: winch,
+		homeDir: os.UserHomeDir, sys: hostProbe{},
+	}
+	os.Exit(a.run(context.Background(), os.Args[1:]))
+}
+
+// exitCodeError ends the CLI with a command's exit code and no message.
+type exitCodeError struct{ code int }
+
+func (e exitCodeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// usageError is a mistake on the command line.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// run executes args and returns the process exit code.
+func (a *app) run(ctx context.Context, args []string) int {
+	root := a.newRoot()
+	root.SetArgs(args)
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ec exitCodeError
+	if errors.As(err, &ec) {
+		return ec.code
+	}
+	var ae *client.APIError
+	if a.noKey && errors.As(err, &ae) && ae.Code == "unauthenticated" {
+		ae.Message += "; no API key found: set AIRLOCK_API_KEY or ~/.config/airlock/key (see airlock --help)"
+	}
+	fmt.Fprintf(a.stderr, "airlock: %s\n", oneLine(err))
+	return exitError
+}
+
+// oneLine renders err as "message (code)" on a single line.
+func oneLine(err error) string {
+	var ae *client.APIError
+	var msg string
+	switch {
+	case errors.As(err, &ae):
+		msg = ae.Error() // "message (code)"
+		if ae.RequestID != "" && ae.Code == "internal" {
+			msg = fmt.Sprintf("%s (%s, request %s)", ae.Message, ae.Code, ae.RequestID)
+		}
+	default:
+		msg = fmt.Sprintf("%s (%s)", err.Error(), localCode(err))
+	}
+	return strings.Join(strings.Fields(msg), " ")
+}
+
+// localCode names an error that did not come from the server's error body.
+func localCode(err error) string {
+	var ue usageError
+	switch {
+	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "unknown command"):
+		return "usage"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline_exceeded"
+	case errors.Is(err, client.ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, client.ErrNotFound):
+		return "not_found"
+	case errors.Is(err, client.ErrInvalidArgument):
+		return "invalid_argument"
+	case errors.Is(err, os.ErrNotExist):
+		return "not_found"
+	case errors.Is(err, os.ErrPermission):
+		return "permission_denied"
+	}
+	return "error"
+}
+
+func (a *app) newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "airlock",
+		Short: "Self-hosted sandboxes for untrusted code",
+		Long: `airlock runs untrusted, AI-generated code in isolated sandboxes.
+
+Start the server with "airlock serve" (as root), then use the other commands,
+which talk to it over its HTTP API.
+
+Server address: --url, else $AIRLOCK_URL, else ` + client.DefaultURL + `.
+API key, the first found of:
+  --api-key
+  $AIRLOCK_API_KEY
+  the file named by $AIRLOCK_API_KEY_FILE
+  $XDG_CONFIG_HOME/airlock/key (default ~/.config/airlock/key)
+The server prints its admin key once, on its first start; store it in one of
+these places (e.g. install -m 600 /dev/stdin ~/.config/airlock/key).
+
+Exit status: the command's own for exec and run; 1 for an error, reported on
+stderr as one line "airlock: <message> (<code>)".`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// Parsing errors are usage errors; cobra reports them as plain errors.
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.url, "url", "", "server URL (env AIRLOCK_URL, default "+client.DefaultURL+")")
+	pf.StringVar(&a.apiKey, "api-key", "", "API key (env AIRLOCK_API_KEY; see --help for key files)")
+	pf.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if a.output != "table" && a.output != "json" {
+			return usagef("--output must be table or json, not %q", a.output)
+		}
+		return nil
+	}
+	root.AddCommand(
+		a.newSandboxCmd(),
+		a.newExecCmd(),
+		a.newRunCmd(),
+		a.newCpCmd(),
+		a.newShellCmd(),
+		a.newKeysCmd(),
+		a.newDoctorCmd(),
+		a.newVersionCmd(),
+	)
+	if serve := newServeCmd(); serve != nil {
+		root.AddCommand(serve)
+	}
+	markUsageErrors(root)
+	return root
+}
+
+// groupRunE is the RunE of a command that only groups subcommands: help
+// without arguments, a usage error for an unknown subcommand.
+func groupRunE(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
+	}
+	return cmd.Help()
+}
+
+// markUsageErrors makes argument-count errors of every command usage errors.
+func markUsageErrors(cmd *cobra.Command) {
+	if v := cmd.Args; v != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := v(c, args); err != nil {
+				return usageError{err.Error() + "; see " + c.CommandPath() + " --help"}
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		markUsageErrors(sub)
+	}
+}
+
+// client builds the SDK client from flags, environment and key files.
+func (a *app) client() (*client.Client, error) {
+	u := a.url
+	if u == "" {
+		u = a.getenv(client.EnvURL)
+	}
+	key, err := a.findKey()
+	if err != nil {
+		return nil, err
+	}
+	a.noKey = key == ""
+	return client.New(u, key, client.WithUserAgent("airlock-cli/"+versionString()))
+}
+
+// findKey returns the API key by the precedence documented in the root help.
+func (a *app) findKey() (string, error) {
+	if a.apiKey != "" {
+		return a.apiKey, nil
+	}
+	if k := a.getenv(client.EnvAPIKey); k != "" {
+		return k, nil
+	}
+	if f := a.getenv("AIRLOCK_API_KEY_FILE"); f != "" {
+		return readKeyFile(f, true)
+	}
+	dir := a.getenv("XDG_CONFIG_HOME")
+	if dir == "" {
+		home, err := a.homeDir()
+		if err != nil {
+			return "", nil // no home: go on without a key, the server will say unauthenticated
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	return readKeyFile(filepath.Join(dir, "airlock", "key"), false)
+}
+
+// readKeyFile reads a key file. A missing default file is no key; a file
+// named explicitly must exist.
+func readKeyFile(path string, must bool) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if !must && errors.Is(err, os.ErrNotExist) {
+			return "", nil
+		}
+		return "", fmt.Errorf("reading api key file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}

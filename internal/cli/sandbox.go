@@ -1,0 +1,298 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+)
+
+func (a *app) newSandboxCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "sandbox",
+		Aliases: []string{"sandboxes", "sbx"},
+		Short:   "Create, list, inspect and delete sandboxes",
+		Args:    cobra.ArbitraryArgs,
+		RunE:    groupRunE,
+	}
+	cmd.AddCommand(
+		a.newSandboxCreateCmd(),
+		a.newSandboxLsCmd(),
+		a.newSandboxInfoCmd(),
+		a.newSandboxRmCmd(),
+		a.newSandboxStateCmd("pause", "Freeze every process of a sandbox (its timeout stops counting)"),
+		a.newSandboxStateCmd("resume", "Thaw a paused sandbox"),
+		a.newSandboxTimeoutCmd(),
+		a.newSandboxMetricsCmd(),
+	)
+	return cmd
+}
+
+func (a *app) newSandboxCreateCmd() *cobra.Command {
+	var f createFlags
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Create a sandbox and print its id once it is ready",
+		Args:  cobra.NoArgs,
+		Example: `  airlock sandbox create --template base --memory 1G --timeout 10m --meta user=u-42
+  SBX=$(airlock sandbox create) && airlock exec "$SBX" -- uname -a`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req, err := f.request()
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var opts []client.CallOption
+			if f.idempotencyKey != "" {
+				opts = append(opts, client.WithIdempotencyKey(f.idempotencyKey))
+			}
+			sbx, err := c.CreateSandbox(cmd.Context(), req, opts...)
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return printJSON(a.stdout, sbx)
+			}
+			// Only the id, so that scripts can capture it.
+			_, err = fmt.Fprintln(a.stdout, sbx.ID)
+			return err
+		},
+	}
+	f.register(cmd, "timeout", true)
+	return cmd
+}
+
+func (a *app) newSandboxLsCmd() *cobra.Command {
+	var (
+		state string
+		meta  []string
+		limit int
+	)
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List sandboxes",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			md, err := parseKV("meta", meta)
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var all []api.Sandbox
+			for s, err := range c.Sandboxes(cmd.Context(), client.ListOptions{State: state, Metadata: md}) {
+				if err != nil {
+					return err
+				}
+				all = append(all, s)
+				if limit > 0 && len(all) >= limit {
+					break
+				}
+			}
+			if a.output == "json" {
+				if all == nil {
+					all = []api.Sandbox{}
+				}
+				return printJSON(a.stdout, all)
+			}
+			now := time.Now()
+			t := newTable(a.stdout, "ID", "STATE", "TEMPLATE", "RUNTIME", "CREATED", "EXPIRES", "METADATA")
+			for _, s := range all {
+				tpl := s.Template
+				if s.TemplateVersion > 0 {
+					tpl += "@" + strconv.Itoa(s.TemplateVersion)
+				}
+				t.row(s.ID, s.State, tpl, s.Runtime, ago(s.CreatedAt, now), in(s.ExpiresAt, now), formatMap(s.Metadata))
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().StringVar(&state, "state", "", "only sandboxes in this state (running, paused, …)")
+	cmd.Flags().StringArrayVar(&meta, "meta", nil, "only sandboxes with metadata KEY=VALUE (repeatable)")
+	cmd.Flags().IntVar(&limit, "limit", 0, "show at most this many")
+	return cmd
+}
+
+func (a *app) newSandboxInfoCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "info SANDBOX",
+		Short: "Show a sandbox",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			s, err := c.GetSandbox(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return a.printSandbox(s)
+		},
+	}
+}
+
+func (a *app) printSandbox(s *api.Sandbox) error {
+	if a.output == "json" {
+		return printJSON(a.stdout, s)
+	}
+	now := time.Now()
+	var expires string
+	if s.ExpiresAt != nil {
+		expires = s.ExpiresAt.Format(time.RFC3339) + " (" + in(s.ExpiresAt, now) + ")"
+	}
+	var res string
+	if r := s.Resources; r != (api.Resources{}) {
+		res = fmt.Sprintf("cpu=%g memory=%dMiB disk=%dMiB pids=%d", r.CPU, r.MemoryMB, r.DiskMB, r.PIDs)
+	}
+	var errText string
+	if s.Error != nil {
+		errText = s.Error.Message + " (" + s.Error.Code + ")"
+	}
+	net := s.Network.Mode
+	if len(s.Network.Allow) > 0 {
+		net += " " + fmt.Sprint(s.Network.Allow)
+	}
+	return kvTable(a.stdout, [][2]string{
+		{"id", s.ID},
+		{"state", s.State},
+		{"error", errText},
+		{"tenant", s.Tenant},
+		{"template", fmt.Sprintf("%s@%d", s.Template, s.TemplateVersion)},
+		{"runtime", s.Runtime},
+		{"created", s.CreatedAt.Format(time.RFC3339) + " (" + ago(s.CreatedAt, now) + ")"},
+		{"expires", expires},
+		{"ready", fmt.Sprintf("%d ms", s.ReadyMS)},
+		{"resources", res},
+		{"network", net},
+		{"metadata", formatMap(s.Metadata)},
+	})
+}
+
+func (a *app) newSandboxRmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm SANDBOX…",
+		Aliases: []string{"delete", "kill"},
+		Short:   "Delete sandboxes (every process, file and mount of them)",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			var firstErr error
+			for _, id := range args {
+				if err := c.DeleteSandbox(cmd.Context(), id); err != nil {
+					// Go on with the others; report every failure.
+					fmt.Fprintf(a.stderr, "airlock: %s: %s\n", id, oneLine(err))
+					if firstErr == nil {
+						firstErr = err
+					}
+					continue
+				}
+				if a.output != "json" {
+					fmt.Fprintln(a.stdout, id)
+				}
+			}
+			if firstErr != nil {
+				return exitCodeError{exitError} // already reported
+			}
+			return nil
+		},
+	}
+}
+
+func (a *app) newSandboxStateCmd(verb, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   verb + " SANDBOX",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			call := c.Pause
+			if verb == "resume" {
+				call = c.Resume
+			}
+			s, err := call(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return printJSON(a.stdout, s)
+			}
+			_, err = fmt.Fprintf(a.stdout, "%s %s\n", s.ID, s.State)
+			return err
+		},
+	}
+}
+
+func (a *app) newSandboxTimeoutCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "timeout SANDBOX DURATION",
+		Short: "Make a sandbox expire DURATION from now (e.g. 600 or 1h)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			secs, err := parseSeconds("timeout", args[1])
+			if err != nil {
+				return err
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			s, err := c.SetTimeout(cmd.Context(), args[0], int64(secs+0.999))
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return printJSON(a.stdout, s)
+			}
+			if s.ExpiresAt != nil {
+				_, err = fmt.Fprintf(a.stdout, "%s expires %s\n", s.ID, s.ExpiresAt.Format(time.RFC3339))
+			}
+			return err
+		},
+	}
+}
+
+func (a *app) newSandboxMetricsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "metrics SANDBOX",
+		Short: "Show a sandbox's resource use",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			m, err := c.Metrics(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return printJSON(a.stdout, m)
+			}
+			return kvTable(a.stdout, [][2]string{
+				{"cpu", fmt.Sprintf("%.2f s", m.CPUSeconds)},
+				{"memory", bytesHuman(m.MemoryBytes) + " (peak " + bytesHuman(m.MemoryPeakBytes) + ")"},
+				{"pids", strconv.FormatUint(m.PIDs, 10)},
+				{"disk", bytesHuman(m.DiskBytes) + " (written " + bytesHuman(m.DiskWrittenBytes) + ")"},
+				{"network", "rx " + bytesHuman(m.NetRxBytes) + ", tx " + bytesHuman(m.NetTxBytes)},
+				{"uptime", fmt.Sprintf("%.0f s", m.UptimeS)},
+			})
+		},
+	}
+}
