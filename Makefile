@@ -30,6 +30,7 @@ build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/airlock-agent ./cmd/airlock-agent
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/airlock ./cmd/airlock
+	$(GO) build -trimpath -o $(BIN)/airlock-bench ./cmd/airlock-bench
 
 vet:
 	$(GO) vet ./...
