@@ -1,0 +1,250 @@
+// Command airlock-agent runs inside a sandbox (usually as PID 1) and serves the agent protocol to the airlock daemon.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/agent"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "airlock-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("airlock-agent", flag.ContinueOnError)
+	listen := fs.String("listen", "", "listen on `unix:/path/agent.sock` and serve every connection")
+	stdio := fs.Bool("stdio", false, "serve one session on stdin/stdout")
+	fdNum := fs.Int("fd", -1, "serve one session on the inherited socket `fd`")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *showVersion {
+		fmt.Println(version)
+		return nil
+	}
+	if *listen == "" && !*stdio && *fdNum < 0 {
+		return errors.New("one of --listen, --stdio, --fd is required")
+	}
+	if *stdio && *fdNum >= 0 {
+		return errors.New("--stdio and --fd are exclusive")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	// Logs go to stderr: stdout may be the protocol stream.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	srv := agent.NewServer(agent.Config{Subreaper: true, Logger: log, Version: version})
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	var wg sync.WaitGroup
+	sessionDone := make(chan struct{})
+	if *stdio || *fdNum >= 0 {
+		conn, err := sessionConn(*stdio, *fdNum)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(sessionDone)
+			if err := srv.ServeConn(ctx, conn); err != nil && !errors.Is(err, context.Canceled) {
+				log.Warn("session ended", "err", err)
+			}
+		}()
+	}
+	if *listen != "" {
+		ln, err := listenUnix(*listen)
+		if err != nil {
+			return err
+		}
+		log.Info("agent listening", "addr", *listen, "pid", os.Getpid(), "version", version)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-ctx.Done()
+			ln.Close()
+		}()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			acceptLoop(ctx, ln, srv, log)
+		}()
+	}
+	// With only a single session, its end is the agent's end: nobody can
+	// reconnect to a socketpair or stdio.
+	if *listen == "" {
+		select {
+		case <-ctx.Done():
+		case <-sessionDone:
+		}
+	} else {
+		<-ctx.Done()
+	}
+	stop()
+	log.Info("agent stopping")
+	// Close kills every exec's tree; bound it so a stuck teardown cannot
+	// keep a PID 1 (and so the sandbox) alive forever.
+	closed := make(chan struct{})
+	go func() { srv.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(15 * time.Second):
+		log.Warn("shutdown timed out")
+		return nil
+	}
+	wg.Wait()
+	return nil
+}
+
+// acceptLoop serves every connection on ln until ctx ends.
+func acceptLoop(ctx context.Context, ln net.Listener, srv *agent.Server, log *slog.Logger) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			log.Error("accept failed", "err", err)
+			// Do not spin on a persistent error (EMFILE).
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			log.Debug("session started")
+			if err := srv.ServeConn(ctx, conn); err != nil && !errors.Is(err, context.Canceled) {
+				log.Warn("session ended", "err", err)
+			}
+		}()
+	}
+}
+
+// listenUnix listens on "unix:/path". A stale socket file from an earlier
+// agent is replaced; the new one is mode 0600 (the host daemon connects as
+// real root, which needs no permission bits).
+func listenUnix(addr string) (net.Listener, error) {
+	p, ok := strings.CutPrefix(addr, "unix:")
+	if !ok || p == "" {
+		return nil, fmt.Errorf("--listen %q: want unix:/path", addr)
+	}
+	if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(p)
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", p)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listening: %w", err)
+	}
+	if err := os.Chmod(p, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("listening: %w", err)
+	}
+	return ln, nil
+}
+
+// sessionConn returns the connection of --stdio or --fd. A socket becomes a
+// real net.Conn; pipes (stdio from a runtime) are wrapped.
+func sessionConn(stdio bool, fd int) (net.Conn, error) {
+	if fd < 0 {
+		fd = 0
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("session fd %d: %w", fd, err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+		// A socket (a socketpair end) carries both directions.
+		f := os.NewFile(uintptr(fd), "agent-conn")
+		conn, err := net.FileConn(f) // dups the fd
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("session fd %d: %w", fd, err)
+		}
+		return conn, nil
+	}
+	if !stdio {
+		return nil, fmt.Errorf("--fd %d is not a socket", fd)
+	}
+	// Pipes may arrive blocking or not; own non-blocking duplicates put
+	// both directions in Go's poller either way.
+	r, err := pollableDup(0)
+	if err != nil {
+		return nil, err
+	}
+	w, err := pollableDup(1)
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return &pipeConn{r: r, w: w}, nil
+}
+
+func pollableDup(fd int) (*os.File, error) {
+	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup fd %d: %w", fd, err)
+	}
+	if err := unix.SetNonblock(nfd, true); err != nil {
+		unix.Close(nfd)
+		return nil, fmt.Errorf("fd %d: %w", fd, err)
+	}
+	return os.NewFile(uintptr(nfd), "stdio"), nil
+}
+
+// pipeConn is a net.Conn over separate read and write files (stdio pipes).
+type pipeConn struct {
+	r    io.ReadCloser
+	w    io.WriteCloser
+	once sync.Once
+}
+
+func (c *pipeConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c *pipeConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+func (c *pipeConn) Close() error {
+	c.once.Do(func() { c.r.Close(); c.w.Close() })
+	return nil
+}
+func (c *pipeConn) LocalAddr() net.Addr                { return stdioAddr{} }
+func (c *pipeConn) RemoteAddr() net.Addr               { return stdioAddr{} }
+func (c *pipeConn) SetDeadline(t time.Time) error      { return nil }
+func (c *pipeConn) SetReadDeadline(t time.Time) error  { return nil }
+func (c *pipeConn) SetWriteDeadline(t time.Time) error { return nil }
+
+type stdioAddr struct{}
+
+func (stdioAddr) Network() string { return "stdio" }
+func (stdioAddr) String() string  { return "stdio" }

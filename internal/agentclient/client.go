@@ -1,0 +1,544 @@
+// Package agentclient is the host side of the agent protocol: it drives exec and file operations in a sandbox through airlock-agent.
+package agentclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// helloTimeout bounds the handshake in New: a healthy agent answers in
+// microseconds, a stuck transport should not hang sandbox start-up.
+const helloTimeout = 10 * time.Second
+
+// Client is a session with one agent. It is safe for concurrent use by many
+// goroutines; each call uses its own multiplexed stream.
+type Client struct {
+	sess  *yamux.Session
+	agent agentproto.Hello
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New performs the handshake on conn and returns a Client that owns conn.
+func New(conn net.Conn) (*Client, error) {
+	sess, err := yamux.Client(conn, agentproto.YamuxConfig())
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("starting agent session: %w", err)
+	}
+	c := &Client{sess: sess}
+	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+	defer cancel()
+	resp, err := c.roundTrip(ctx, agentproto.Request{
+		Op:    agentproto.OpHello,
+		Hello: &agentproto.Hello{Version: agentproto.ProtocolVersion},
+	})
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("agent handshake: %w", err)
+	}
+	if resp.Hello == nil || resp.Hello.Version != agentproto.ProtocolVersion {
+		c.Close()
+		v := 0
+		if resp.Hello != nil {
+			v = resp.Hello.Version
+		}
+		return nil, errdefs.Wrap(errdefs.ErrUnavailable, "agent speaks protocol %d, want %d", v, agentproto.ProtocolVersion)
+	}
+	c.agent = *resp.Hello
+	return c, nil
+}
+
+// Agent returns what the agent said about itself in the handshake.
+func (c *Client) Agent() agentproto.Hello { return c.agent }
+
+// Done is closed when the session ends (Close, or the connection dropped).
+func (c *Client) Done() <-chan struct{} { return c.sess.CloseChan() }
+
+// Close ends the session and closes the connection. Running execs continue
+// in the agent.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() { c.closeErr = c.sess.Close() })
+	return c.closeErr
+}
+
+// Ping checks that the agent answers.
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.roundTrip(ctx, agentproto.Request{Op: agentproto.OpPing})
+	return err
+}
+
+// Exec starts a process and returns its event stream, attached from offset 0.
+// A process that cannot start (no such binary, bad cwd, unknown user) is not an
+// error here: its stream ends with an exit event of status "error". Cancelling
+// ctx releases the stream; the process keeps running.
+func (c *Client) Exec(ctx context.Context, req agentproto.ExecRequest) (*Stream, error) {
+	cl, err := c.start(ctx, agentproto.Request{Op: agentproto.OpExec, Exec: &req})
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{cl: cl}, nil
+}
+
+// Attach follows the output of a running or finished exec from fromOffset on.
+func (c *Client) Attach(ctx context.Context, execID string, fromOffset int64) (*Stream, error) {
+	cl, err := c.start(ctx, agentproto.Request{Op: agentproto.OpAttach, ExecID: execID, FromOffset: fromOffset})
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{cl: cl}, nil
+}
+
+// Wait blocks until the exec ends and returns its result.
+func (c *Client) Wait(ctx context.Context, execID string) (agentproto.ExecResult, error) {
+	resp, err := c.roundTrip(ctx, agentproto.Request{Op: agentproto.OpWait, ExecID: execID})
+	if err != nil {
+		return agentproto.ExecResult{}, err
+	}
+	if resp.Result == nil {
+		return agentproto.ExecResult{}, errdefs.Wrap(errdefs.ErrInternal, "agent sent no result")
+	}
+	return *resp.Result, nil
+}
+
+// WriteStdin writes data to the exec's stdin; it returns once the process's
+// stdin pipe has taken all of it.
+func (c *Client) WriteStdin(ctx context.Context, execID string, data []byte) error {
+	_, err := c.upload(ctx, agentproto.Request{Op: agentproto.OpStdin, ExecID: execID}, bytesReader(data))
+	return err
+}
+
+// CloseStdin closes the exec's stdin (EOF; on a PTY, the EOF character).
+func (c *Client) CloseStdin(ctx context.Context, execID string) error {
+	_, err := c.upload(ctx, agentproto.Request{Op: agentproto.OpStdin, ExecID: execID, EOF: true}, bytesReader(nil))
+	return err
+}
+
+// Signal sends sig ("SIGTERM", "TERM" or "15") to the exec's whole process tree.
+func (c *Client) Signal(ctx context.Context, execID string, sig string) error {
+	_, err := c.roundTrip(ctx, agentproto.Request{Op: agentproto.OpSignal, ExecID: execID, Signal: sig})
+	return err
+}
+
+// Resize changes the terminal size of a PTY exec.
+func (c *Client) Resize(ctx context.Context, execID string, cols, rows uint16) error {
+	_, err := c.roundTrip(ctx, agentproto.Request{Op: agentproto.OpResize, ExecID: execID, Cols: cols, Rows: rows})
+	return err
+}
+
+// ListExecs returns the running execs and the finished ones the agent still
+// keeps, oldest first.
+func (c *Client) ListExecs(ctx context.Context) ([]agentproto.ExecInfo, error) {
+	resp, err := c.roundTrip(ctx, agentproto.Request{Op: agentproto.OpListExecs})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Execs, nil
+}
+
+// ReadFile opens path for reading as user ("" means "user"). The caller must
+// close the reader; cancelling ctx aborts it.
+func (c *Client) ReadFile(ctx context.Context, path, user string) (io.ReadCloser, agentproto.FileInfo, error) {
+	cl, resp, err := c.startResp(ctx, agentproto.Request{Op: agentproto.OpReadFile, Path: path, User: user})
+	if err != nil {
+		return nil, agentproto.FileInfo{}, err
+	}
+	var fi agentproto.FileInfo
+	if resp.File != nil {
+		fi = *resp.File
+	}
+	return &downloadReader{cl: cl}, fi, nil
+}
+
+// WriteFile stores r's bytes at path as user, creating missing parents. Mode 0
+// keeps an existing file's mode or uses 0644. With maxBytes > 0 a longer input
+// fails with errdefs.ErrTooLarge and leaves no file. It returns the bytes written.
+func (c *Client) WriteFile(ctx context.Context, path, user string, mode os.FileMode, r io.Reader, maxBytes int64) (int64, error) {
+	resp, err := c.upload(ctx, agentproto.Request{
+		Op: agentproto.OpWriteFile, Path: path, User: user,
+		Mode: uint32(mode.Perm()), MaxBytes: maxBytes,
+	}, r)
+	if err != nil {
+		return 0, err
+	}
+	return resp.Written, nil
+}
+
+// Stat describes path (a symlink itself, not its target).
+func (c *Client) Stat(ctx context.Context, path, user string) (agentproto.FileInfo, error) {
+	resp, err := c.roundTrip(ctx, agentproto.Request{Op: agentproto.OpStat, Path: path, User: user})
+	if err != nil {
+		return agentproto.FileInfo{}, err
+	}
+	if resp.File == nil {
+		return agentproto.FileInfo{}, errdefs.Wrap(errdefs.ErrInternal, "agent sent no file info")
+	}
+	return *resp.File, nil
+}
+
+// List returns the entries below directory path down to depth levels (1: the
+// directory's own entries), sorted by path. Symlinked directories are not
+// followed.
+func (c *Client) List(ctx context.Context, path, user string, depth int) ([]agentproto.FileInfo, error) {
+	resp, err := c.roundTrip(ctx, agentproto.Request{Op: agentproto.OpList, Path: path, User: user, Depth: depth})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Files, nil
+}
+
+// Mkdir creates directory path; with parents, missing parents too and an
+// existing directory is not an error.
+func (c *Client) Mkdir(ctx context.Context, path, user string, parents bool) error {
+	_, err := c.roundTrip(ctx, agentproto.Request{Op: agentproto.OpMkdir, Path: path, User: user, Parents: parents})
+	return err
+}
+
+// Move renames from to to, replacing a file at to.
+func (c *Client) Move(ctx context.Context, from, to, user string) error {
+	_, err := c.roundTrip(ctx, agentproto.Request{Op: agentproto.OpMove, Path: from, To: to, User: user})
+	return err
+}
+
+// Remove deletes path; a non-empty directory needs recursive.
+func (c *Client) Remove(ctx context.Context, path, user string, recursive bool) error {
+	_, err := c.roundTrip(ctx, agentproto.Request{Op: agentproto.OpRemove, Path: path, User: user, Recursive: recursive})
+	return err
+}
+
+// TarOut returns directory path as a tar stream. The caller must close it.
+func (c *Client) TarOut(ctx context.Context, path, user string) (io.ReadCloser, error) {
+	cl, _, err := c.startResp(ctx, agentproto.Request{Op: agentproto.OpTarOut, Path: path, User: user})
+	if err != nil {
+		return nil, err
+	}
+	return &downloadReader{cl: cl}, nil
+}
+
+// TarIn unpacks the tar stream r into directory dir (created if missing).
+// Entries that would land outside dir are rejected with errdefs.ErrInvalidArgument.
+func (c *Client) TarIn(ctx context.Context, dir, user string, r io.Reader) error {
+	_, err := c.upload(ctx, agentproto.Request{Op: agentproto.OpTarIn, Path: dir, User: user}, r)
+	return err
+}
+
+// Stream is one attachment to an exec's output.
+type Stream struct {
+	cl   *call
+	done bool
+	err  error
+}
+
+// Next returns output events in offset order, then one exit event, then io.EOF.
+// The event's Data is the caller's to keep.
+func (s *Stream) Next() (agentproto.Event, error) {
+	if s.done {
+		return agentproto.Event{}, io.EOF
+	}
+	if s.err != nil {
+		return agentproto.Event{}, s.err
+	}
+	t, p, err := s.cl.fr.Next()
+	if err != nil {
+		s.err = s.cl.fail("reading exec events", err)
+		s.cl.release()
+		return agentproto.Event{}, s.err
+	}
+	switch t {
+	case agentproto.FrameOutput:
+		stream, off, data, err := agentproto.DecodeOutput(p)
+		if err != nil {
+			s.err = fmt.Errorf("%w: %w", errdefs.ErrInternal, err)
+			s.cl.release()
+			return agentproto.Event{}, s.err
+		}
+		return agentproto.Event{Type: agentproto.EventOutput, Stream: stream, Offset: off, Data: append([]byte(nil), data...)}, nil
+	case agentproto.FrameHeader:
+		var ev agentproto.Event
+		if err := agentproto.DecodeJSON(p, &ev); err != nil {
+			s.err = fmt.Errorf("%w: %w", errdefs.ErrInternal, err)
+			s.cl.release()
+			return agentproto.Event{}, s.err
+		}
+		s.done = true
+		s.cl.release()
+		return ev, nil
+	default:
+		s.err = errdefs.Wrap(errdefs.ErrInternal, "unexpected frame %q in exec events", byte(t))
+		s.cl.release()
+		return agentproto.Event{}, s.err
+	}
+}
+
+// Close releases the stream; the exec keeps running.
+func (s *Stream) Close() error {
+	s.cl.release()
+	if !s.done && s.err == nil {
+		s.err = errors.New("stream closed")
+	}
+	return nil
+}
+
+// call is one request stream.
+type call struct {
+	c    *Client
+	ctx  context.Context
+	st   *yamux.Stream
+	fw   *agentproto.FrameWriter
+	fr   *agentproto.FrameReader
+	stop func() bool
+	once sync.Once
+}
+
+// open starts a stream for one request and ties it to ctx.
+func (c *Client) open(ctx context.Context) (*call, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	st, err := c.sess.OpenStream()
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	cl := &call{c: c, ctx: ctx, st: st, fw: agentproto.NewFrameWriter(st), fr: agentproto.NewFrameReader(st)}
+	// Cancellation unblocks any read or write on the stream at once; the
+	// caller then sees the context's error (see fail).
+	cl.stop = context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
+	return cl, nil
+}
+
+// release ends the call's stream. Safe to call more than once.
+func (cl *call) release() {
+	cl.once.Do(func() {
+		cl.stop()
+		cl.st.Close()
+	})
+}
+
+// fail turns a stream error into the error a caller sees.
+func (cl *call) fail(what string, err error) error {
+	if ctxErr := cl.ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("%s: %w", what, ctxErr)
+	}
+	var ae *agentproto.Error
+	if errors.As(err, &ae) {
+		return agentError(ae)
+	}
+	return fmt.Errorf("%s: %w", what, unavailable(err))
+}
+
+// start sends req and reads the first response; on success the stream stays
+// open for what follows.
+func (c *Client) start(ctx context.Context, req agentproto.Request) (*call, error) {
+	cl, _, err := c.startResp(ctx, req)
+	return cl, err
+}
+
+// startResp is start that also returns the first response.
+func (c *Client) startResp(ctx context.Context, req agentproto.Request) (*call, agentproto.Response, error) {
+	cl, err := c.open(ctx)
+	if err != nil {
+		return nil, agentproto.Response{}, err
+	}
+	if err := cl.fw.WriteJSON(&req); err != nil {
+		cl.release()
+		return nil, agentproto.Response{}, cl.fail(string(req.Op), err)
+	}
+	var resp agentproto.Response
+	if err := cl.fr.ReadJSON(&resp); err != nil {
+		cl.release()
+		return nil, agentproto.Response{}, cl.fail(string(req.Op), err)
+	}
+	if resp.Error != nil {
+		cl.release()
+		return nil, agentproto.Response{}, agentError(resp.Error)
+	}
+	return cl, resp, nil
+}
+
+// roundTrip sends req and returns the single response.
+func (c *Client) roundTrip(ctx context.Context, req agentproto.Request) (agentproto.Response, error) {
+	cl, resp, err := c.startResp(ctx, req)
+	if err != nil {
+		return resp, err
+	}
+	cl.release()
+	return resp, nil
+}
+
+// upload sends req, waits for the agent to be ready, streams r as data frames
+// and returns the final response. The agent may fail the request while data
+// is still flowing (too large, disk full); a reader goroutine catches that
+// response and stops the writer at once.
+func (c *Client) upload(ctx context.Context, req agentproto.Request, r io.Reader) (agentproto.Response, error) {
+	cl, _, err := c.startResp(ctx, req)
+	if err != nil {
+		return agentproto.Response{}, err
+	}
+	defer cl.release()
+
+	type result struct {
+		resp agentproto.Response
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var resp agentproto.Response
+		err := cl.fr.ReadJSON(&resp)
+		if err == nil && resp.Error != nil {
+			// Stop the writer: the agent no longer reads.
+			cl.st.SetWriteDeadline(time.Unix(1, 0))
+		}
+		done <- result{resp, err}
+	}()
+
+	_, werr := cl.fw.ReadFrom(r)
+	if werr == nil {
+		werr = cl.fw.WriteEnd()
+	}
+	if werr != nil {
+		var se *agentproto.SourceError
+		if errors.As(werr, &se) {
+			// Our reader failed: abort the stream so the agent drops the
+			// partial upload, and report the reader's error.
+			cl.st.SetDeadline(time.Unix(1, 0))
+			<-done
+			return agentproto.Response{}, fmt.Errorf("%s: %w", req.Op, se.Err)
+		}
+	}
+	res := <-done
+	if res.err != nil {
+		return agentproto.Response{}, cl.fail(string(req.Op), res.err)
+	}
+	if res.resp.Error != nil {
+		return agentproto.Response{}, agentError(res.resp.Error)
+	}
+	if werr != nil {
+		return agentproto.Response{}, cl.fail(string(req.Op), werr)
+	}
+	return res.resp, nil
+}
+
+// downloadReader reads the data frames of a download.
+type downloadReader struct {
+	cl   *call
+	buf  []byte
+	err  error
+	done bool
+}
+
+func (d *downloadReader) Read(p []byte) (int, error) {
+	for len(d.buf) == 0 {
+		if d.err != nil {
+			return 0, d.err
+		}
+		t, payload, err := d.cl.fr.Next()
+		if err != nil {
+			d.err = d.cl.fail("reading data", err)
+			d.cl.release()
+			return 0, d.err
+		}
+		switch t {
+		case agentproto.FrameData:
+			d.buf = payload
+		case agentproto.FrameEnd:
+			d.err = io.EOF
+			d.done = true
+			d.cl.release()
+		case agentproto.FrameHeader:
+			var resp agentproto.Response
+			if err := agentproto.DecodeJSON(payload, &resp); err != nil {
+				d.err = fmt.Errorf("%w: %w", errdefs.ErrInternal, err)
+			} else if resp.Error != nil {
+				d.err = agentError(resp.Error)
+			} else {
+				d.err = errdefs.Wrap(errdefs.ErrInternal, "unexpected response in data")
+			}
+			d.cl.release()
+		default:
+			d.err = errdefs.Wrap(errdefs.ErrInternal, "unexpected frame %q in data", byte(t))
+			d.cl.release()
+		}
+	}
+	n := copy(p, d.buf)
+	d.buf = d.buf[n:]
+	return n, nil
+}
+
+func (d *downloadReader) Close() error {
+	d.cl.release()
+	if d.err == nil {
+		d.err = errors.New("reader closed")
+	}
+	return nil
+}
+
+// agentError turns an agent's error into an errdefs class with its message.
+func agentError(e *agentproto.Error) error {
+	var cls error
+	switch e.Code {
+	case agentproto.CodeNotFound:
+		cls = errdefs.ErrNotFound
+	case agentproto.CodeAlreadyExists:
+		cls = errdefs.ErrAlreadyExists
+	case agentproto.CodeNotADirectory, agentproto.CodeIsADirectory, agentproto.CodeInvalidArgument:
+		cls = errdefs.ErrInvalidArgument
+	case agentproto.CodePermissionDenied:
+		cls = errdefs.ErrPermissionDenied
+	case agentproto.CodeNoSpace:
+		cls = errdefs.ErrQuotaExceeded
+	case agentproto.CodeTooLarge:
+		cls = errdefs.ErrTooLarge
+	case agentproto.CodeUnsupported:
+		cls = errdefs.ErrNotImplemented
+	default:
+		cls = errdefs.ErrInternal
+	}
+	return &remoteError{cls: cls, e: *e}
+}
+
+// remoteError is an error reported by the agent. It matches its errdefs class
+// with errors.Is and its *agentproto.Error with errors.As.
+type remoteError struct {
+	cls error
+	e   agentproto.Error
+}
+
+func (r *remoteError) Error() string {
+	return r.cls.Error() + ": " + r.e.Message
+}
+
+func (r *remoteError) Unwrap() []error { return []error{r.cls, &r.e} }
+
+// unavailable classifies a transport failure.
+func unavailable(err error) error {
+	return fmt.Errorf("%w: agent connection: %w", errdefs.ErrUnavailable, err)
+}
+
+func bytesReader(b []byte) io.Reader {
+	return &sliceReader{b: b}
+}
+
+// sliceReader is bytes.Reader without the WriteTo method, so that
+// FrameWriter.ReadFrom reads it in frame-sized pieces.
+type sliceReader struct{ b []byte }
+
+func (s *sliceReader) Read(p []byte) (int, error) {
+	if len(s.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, s.b)
+	s.b = s.b[n:]
+	return n, nil
+}
