@@ -1,0 +1,252 @@
+// Package auth issues, stores (hashed) and checks airlock API keys and says which tenant a request acts for.
+//
+// A key is `ak_` followed by 52 base32 characters (32 random bytes). Only its
+// sha256 is stored; the secret is shown once, when the key is created. A
+// request presents it as `Authorization: Bearer <key>` or `X-API-Key: <key>`.
+// There is no cache, so a revocation is effective on the next request.
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// KeyPrefix starts every key airlock issues, so that secret scanners and
+// people can recognise one.
+const KeyPrefix = "ak_"
+
+// AdminTenant is the tenant of the bootstrap admin key.
+const AdminTenant = "admin"
+
+// EnvAdminKeyName is the name of the key that AIRLOCK_ADMIN_KEY sets.
+const EnvAdminKeyName = "AIRLOCK_ADMIN_KEY"
+
+// minEnvKeyLen is the shortest admin key accepted from the environment: a
+// shorter one could be guessed.
+const minEnvKeyLen = 24
+
+// b32 is lowercase-friendly base32 without padding (RFC 4648 alphabet).
+var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// Principal is who a request acts as.
+type Principal struct {
+	KeyID  string
+	Tenant string
+	// Admin may act on every tenant and manage keys.
+	Admin bool
+}
+
+// CanSee reports whether p may act on a resource of tenant.
+func (p Principal) CanSee(tenant string) bool { return p.Admin || p.Tenant == tenant }
+
+// TenantFilter is the tenant to restrict queries to: "" (all) for admins.
+func (p Principal) TenantFilter() string {
+	if p.Admin {
+		return ""
+	}
+	return p.Tenant
+}
+
+type ctxKey struct{}
+
+// WithPrincipal returns ctx carrying p.
+func WithPrincipal(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, ctxKey{}, p)
+}
+
+// FromContext returns the principal of ctx, if any.
+func FromContext(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(ctxKey{}).(Principal)
+	return p, ok
+}
+
+// Hash returns the stored form of a key secret.
+func Hash(secret string) []byte {
+	h := sha256.Sum256([]byte(secret))
+	return h[:]
+}
+
+// RandomID returns prefix followed by n bytes of randomness in base32
+// (unguessable ids: sbx_, ex_, key_, req_).
+func RandomID(prefix string, n int) string {
+	b := make([]byte, n)
+	rand.Read(b) // crypto/rand.Read never fails on Linux (getrandom)
+	return prefix + strings.ToLower(b32.EncodeToString(b))
+}
+
+// NewSecret returns a new key secret and its display prefix.
+func NewSecret() (secret, prefix string) {
+	secret = RandomID(KeyPrefix, 32)
+	return secret, secret[:len(KeyPrefix)+6]
+}
+
+// tenantRE is what a tenant name may look like: it shows up in logs, metrics
+// and directory names, so keep it plain.
+var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// ValidTenant reports whether name is an acceptable tenant name.
+func ValidTenant(name string) bool { return tenantRE.MatchString(name) }
+
+// Authenticator checks request keys against the store.
+type Authenticator struct {
+	store *store.Store
+	now   func() time.Time
+}
+
+// New returns an Authenticator backed by st.
+func New(st *store.Store) *Authenticator {
+	return &Authenticator{store: st, now: time.Now}
+}
+
+// ErrNoKey is returned when a request carries no key at all.
+var ErrNoKey = fmt.Errorf("%w: missing api key", errdefs.ErrUnauthenticated)
+
+// ErrBadKey is returned for an unknown, malformed or revoked key. One error
+// for all three, so a caller cannot probe which keys exist.
+var ErrBadKey = fmt.Errorf("%w: invalid api key", errdefs.ErrUnauthenticated)
+
+// KeyFromRequest extracts the presented key: `Authorization: Bearer` first,
+// then `X-API-Key`. "" when neither is present.
+func KeyFromRequest(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, rest, ok := strings.Cut(h, " ")
+		if ok && strings.EqualFold(scheme, "Bearer") {
+			return strings.TrimSpace(rest)
+		}
+		return ""
+	}
+	return strings.TrimSpace(r.Header.Get("X-API-Key"))
+}
+
+// Authenticate returns the principal of the key r presents.
+func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (Principal, error) {
+	secret := KeyFromRequest(r)
+	if secret == "" {
+		if r.Header.Get("Authorization") != "" {
+			return Principal{}, ErrBadKey // present but not a bearer token
+		}
+		return Principal{}, ErrNoKey
+	}
+	return a.Check(ctx, secret)
+}
+
+// Check returns the principal of key secret.
+func (a *Authenticator) Check(ctx context.Context, secret string) (Principal, error) {
+	if len(secret) > 512 {
+		return Principal{}, ErrBadKey
+	}
+	h := Hash(secret)
+	k, err := a.store.KeyByHash(ctx, h)
+	if errdefs.IsNotFound(err) {
+		return Principal{}, ErrBadKey
+	}
+	if err != nil {
+		return Principal{}, fmt.Errorf("checking api key: %w", err)
+	}
+	// The lookup matched on the hash already; comparing again in constant
+	// time keeps the decision itself free of data-dependent timing.
+	if subtle.ConstantTimeCompare(k.Hash, h) != 1 || k.RevokedAt != nil {
+		return Principal{}, ErrBadKey
+	}
+	return Principal{KeyID: k.ID, Tenant: k.Tenant, Admin: k.Admin}, nil
+}
+
+// Created is a newly created key with its secret, shown once.
+type Created struct {
+	store.Key
+	Secret string
+}
+
+// CreateKey issues a key for tenant.
+func (a *Authenticator) CreateKey(ctx context.Context, tenant, name string, admin bool) (Created, error) {
+	if !ValidTenant(tenant) {
+		return Created{}, errdefs.Wrap(errdefs.ErrInvalidArgument, "tenant must match %s", tenantRE)
+	}
+	if len(name) > 128 {
+		return Created{}, errdefs.Wrap(errdefs.ErrInvalidArgument, "name is longer than 128 bytes")
+	}
+	secret, prefix := NewSecret()
+	k := store.Key{
+		ID: RandomID("key_", 15), Tenant: tenant, Name: name, Prefix: prefix,
+		Hash: Hash(secret), Admin: admin, CreatedAt: a.now().UTC(),
+	}
+	if err := a.store.CreateKey(ctx, k); err != nil {
+		return Created{}, err
+	}
+	return Created{Key: k, Secret: secret}, nil
+}
+
+// Revoke revokes key id. A non-admin may revoke only keys of its own tenant;
+// another tenant's key is reported as not found.
+func (a *Authenticator) Revoke(ctx context.Context, p Principal, id string) error {
+	k, err := a.store.GetKey(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !p.CanSee(k.Tenant) {
+		return fmt.Errorf("%w: key %q", errdefs.ErrNotFound, id)
+	}
+	return a.store.RevokeKey(ctx, id, a.now())
+}
+
+// List returns the keys p may see (its tenant's, or all for an admin).
+func (a *Authenticator) List(ctx context.Context, p Principal) ([]store.Key, error) {
+	return a.store.ListKeys(ctx, p.TenantFilter())
+}
+
+// Bootstrap makes sure an admin key exists. With envKey (AIRLOCK_ADMIN_KEY)
+// set, that key becomes an admin key (an earlier env key is revoked) and
+// generated is "". Otherwise, on the very first start (no admin key yet) it
+// creates one and returns its secret, to be printed once; later starts
+// return "".
+func (a *Authenticator) Bootstrap(ctx context.Context, envKey string) (generated string, err error) {
+	now := a.now().UTC()
+	if envKey != "" {
+		if len(envKey) < minEnvKeyLen {
+			return "", errdefs.Wrap(errdefs.ErrInvalidArgument, "%s must be at least %d characters", EnvAdminKeyName, minEnvKeyLen)
+		}
+		h := Hash(envKey)
+		k, err := a.store.KeyByHash(ctx, h)
+		switch {
+		case err == nil && (!k.Admin || k.RevokedAt != nil):
+			return "", errdefs.Wrap(errdefs.ErrConflict, "%s matches a revoked or non-admin key", EnvAdminKeyName)
+		case errdefs.IsNotFound(err):
+			prefix := envKey[:min(len(envKey), len(KeyPrefix)+6)]
+			err = a.store.CreateKey(ctx, store.Key{ID: RandomID("key_", 15), Tenant: AdminTenant, Name: EnvAdminKeyName,
+				Prefix: prefix, Hash: h, Admin: true, CreatedAt: now})
+			if err != nil {
+				return "", err
+			}
+		case err != nil:
+			return "", err
+		}
+		return "", a.store.RevokeKeysNamed(ctx, EnvAdminKeyName, h, now)
+	}
+	n, err := a.store.CountAdminKeys(ctx)
+	if err != nil {
+		return "", err
+	}
+	if n > 0 {
+		return "", nil
+	}
+	c, err := a.CreateKey(ctx, AdminTenant, "bootstrap", true)
+	if err != nil {
+		return "", err
+	}
+	return c.Secret, nil
+}
+
+// IsUnauthenticated reports whether err is an authentication failure.
+func IsUnauthenticated(err error) bool { return errors.Is(err, errdefs.ErrUnauthenticated) }

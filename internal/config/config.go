@@ -1,0 +1,234 @@
+// Package config holds the settings of `airlock serve` and loads them from defaults, a JSON file and AIRLOCK_* variables.
+//
+// Precedence, highest first: command-line flag > environment variable >
+// config file > built-in default. The daemon applies the flags last, so Load
+// covers the three lower layers.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// Resources are sandbox limits (the api.Resources shape, kept here so config
+// has no dependency on the HTTP types).
+type Resources struct {
+	CPU      float64 `json:"cpu,omitempty"`
+	MemoryMB int64   `json:"memory_mb,omitempty"`
+	DiskMB   int64   `json:"disk_mb,omitempty"`
+	PIDs     int64   `json:"pids,omitempty"`
+}
+
+// Config is every setting of the daemon. The zero value is not usable: start
+// from Default.
+type Config struct {
+	// Listen is the HTTP listen address. Only loopback by default: the API
+	// runs arbitrary code, so exposing it is an explicit decision.
+	Listen string `json:"listen"`
+	// DataDir holds the store, templates and sandboxes.
+	DataDir string `json:"data_dir"`
+	// AgentPath is the host path of the static airlock-agent binary; empty
+	// means look next to the running executable, then on $PATH.
+	AgentPath string `json:"agent_path,omitempty"`
+	// NoPrepare skips building the base template at start.
+	NoPrepare bool `json:"no_prepare,omitempty"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `json:"log_level"`
+
+	// DefaultRuntime is used when a create request names none.
+	DefaultRuntime string `json:"default_runtime"`
+	// DefaultTemplate is used when a create request names none.
+	DefaultTemplate string `json:"default_template"`
+	// DefaultTimeoutS and MaxTimeoutS bound a sandbox's time to live.
+	DefaultTimeoutS int64 `json:"default_timeout_s"`
+	MaxTimeoutS     int64 `json:"max_timeout_s"`
+	// MaxSandboxes is the host capacity (live sandboxes of every tenant).
+	MaxSandboxes int `json:"max_sandboxes"`
+	// MaxSandboxesPerTenant is each tenant's quota of live sandboxes.
+	MaxSandboxesPerTenant int `json:"max_sandboxes_per_tenant"`
+	// DefaultResources fill zero fields of a request; MaxResources bound it.
+	DefaultResources Resources `json:"default_resources"`
+	MaxResources     Resources `json:"max_resources"`
+
+	// MaxUploadBytes bounds one file upload (PUT …/files).
+	MaxUploadBytes int64 `json:"max_upload_bytes"`
+	// MaxExecTimeoutS bounds an exec's timeout_s.
+	MaxExecTimeoutS int64 `json:"max_exec_timeout_s"`
+	// MaxExecOutputBytes bounds an exec's max_output_bytes.
+	MaxExecOutputBytes int64 `json:"max_exec_output_bytes"`
+	// MaxEnvBytes and MaxMetadataBytes bound the total size of a create
+	// request's env+secrets and metadata.
+	MaxEnvBytes      int `json:"max_env_bytes"`
+	MaxMetadataBytes int `json:"max_metadata_bytes"`
+
+	// RecordRetentionS is how long records of stopped sandboxes and ended
+	// execs are kept.
+	RecordRetentionS int64 `json:"record_retention_s"`
+	// ShutdownTimeoutS bounds how long a graceful shutdown waits for
+	// in-flight requests.
+	ShutdownTimeoutS int64 `json:"shutdown_timeout_s"`
+}
+
+// Default returns the built-in defaults.
+func Default() Config {
+	return Config{
+		Listen:                "127.0.0.1:7070",
+		DataDir:               "/var/lib/airlock",
+		LogLevel:              "info",
+		DefaultRuntime:        "runc",
+		DefaultTemplate:       "base",
+		DefaultTimeoutS:       300,
+		MaxTimeoutS:           24 * 3600,
+		MaxSandboxes:          200,
+		MaxSandboxesPerTenant: 50,
+		DefaultResources:      Resources{CPU: 1, MemoryMB: 512, DiskMB: 1024, PIDs: 256},
+		MaxResources:          Resources{CPU: 4, MemoryMB: 8192, DiskMB: 20480, PIDs: 4096},
+		MaxUploadBytes:        1 << 30,
+		MaxExecTimeoutS:       24 * 3600,
+		MaxExecOutputBytes:    64 << 20,
+		MaxEnvBytes:           256 << 10,
+		MaxMetadataBytes:      16 << 10,
+		RecordRetentionS:      7 * 24 * 3600,
+		ShutdownTimeoutS:      30,
+	}
+}
+
+// Load returns the defaults overlaid with the JSON file at path (if path is
+// not empty) and then with AIRLOCK_* variables from lookup (os.LookupEnv in
+// production). Unknown fields in the file are an error, so a typo is not
+// silently ignored.
+func Load(path string, lookup func(string) (string, bool)) (Config, error) {
+	c := Default()
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("reading config: %w", err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			return c, errdefs.Wrap(errdefs.ErrInvalidArgument, "config file %s: %v", path, err)
+		}
+	}
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	if err := c.applyEnv(lookup); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// EnvVars lists the variables Load reads, with the field each sets, for
+// help text and docs. AIRLOCK_ADMIN_KEY is read by the daemon itself.
+var EnvVars = []string{
+	"AIRLOCK_LISTEN", "AIRLOCK_DATA_DIR", "AIRLOCK_AGENT_PATH", "AIRLOCK_NO_PREPARE",
+	"AIRLOCK_LOG_LEVEL", "AIRLOCK_DEFAULT_RUNTIME", "AIRLOCK_DEFAULT_TEMPLATE",
+	"AIRLOCK_DEFAULT_TIMEOUT_S", "AIRLOCK_MAX_TIMEOUT_S", "AIRLOCK_MAX_SANDBOXES",
+	"AIRLOCK_MAX_SANDBOXES_PER_TENANT", "AIRLOCK_MAX_UPLOAD_BYTES", "AIRLOCK_MAX_EXEC_TIMEOUT_S",
+	"AIRLOCK_MAX_EXEC_OUTPUT_BYTES", "AIRLOCK_RECORD_RETENTION_S", "AIRLOCK_SHUTDOWN_TIMEOUT_S",
+}
+
+func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
+	str := func(name string, dst *string) {
+		if v, ok := lookup(name); ok && v != "" {
+			*dst = v
+		}
+	}
+	var firstErr error
+	fail := func(name, v string, err error) {
+		if firstErr == nil {
+			firstErr = errdefs.Wrap(errdefs.ErrInvalidArgument, "%s=%q: %v", name, v, err)
+		}
+	}
+	i64 := func(name string, dst *int64) {
+		if v, ok := lookup(name); ok && v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				fail(name, v, err)
+				return
+			}
+			*dst = n
+		}
+	}
+	integer := func(name string, dst *int) {
+		var n int64 = int64(*dst)
+		i64(name, &n)
+		*dst = int(n)
+	}
+	boolean := func(name string, dst *bool) {
+		if v, ok := lookup(name); ok && v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				fail(name, v, err)
+				return
+			}
+			*dst = b
+		}
+	}
+	str("AIRLOCK_LISTEN", &c.Listen)
+	str("AIRLOCK_DATA_DIR", &c.DataDir)
+	str("AIRLOCK_AGENT_PATH", &c.AgentPath)
+	boolean("AIRLOCK_NO_PREPARE", &c.NoPrepare)
+	str("AIRLOCK_LOG_LEVEL", &c.LogLevel)
+	str("AIRLOCK_DEFAULT_RUNTIME", &c.DefaultRuntime)
+	str("AIRLOCK_DEFAULT_TEMPLATE", &c.DefaultTemplate)
+	i64("AIRLOCK_DEFAULT_TIMEOUT_S", &c.DefaultTimeoutS)
+	i64("AIRLOCK_MAX_TIMEOUT_S", &c.MaxTimeoutS)
+	integer("AIRLOCK_MAX_SANDBOXES", &c.MaxSandboxes)
+	integer("AIRLOCK_MAX_SANDBOXES_PER_TENANT", &c.MaxSandboxesPerTenant)
+	i64("AIRLOCK_MAX_UPLOAD_BYTES", &c.MaxUploadBytes)
+	i64("AIRLOCK_MAX_EXEC_TIMEOUT_S", &c.MaxExecTimeoutS)
+	i64("AIRLOCK_MAX_EXEC_OUTPUT_BYTES", &c.MaxExecOutputBytes)
+	i64("AIRLOCK_RECORD_RETENTION_S", &c.RecordRetentionS)
+	i64("AIRLOCK_SHUTDOWN_TIMEOUT_S", &c.ShutdownTimeoutS)
+	return firstErr
+}
+
+// Validate checks that the settings are usable together.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return errdefs.Wrap(errdefs.ErrInvalidArgument, "config: "+format, args...)
+	}
+	switch {
+	case c.Listen == "":
+		return bad("listen is empty")
+	case c.DataDir == "" || !strings.HasPrefix(c.DataDir, "/"):
+		// A relative data dir would move with the working directory, and
+		// sandboxes' mounts would be lost on the next start.
+		return bad("data_dir must be an absolute path")
+	case c.DefaultTimeoutS <= 0 || c.MaxTimeoutS < c.DefaultTimeoutS:
+		return bad("need 0 < default_timeout_s <= max_timeout_s")
+	case c.MaxSandboxes <= 0 || c.MaxSandboxesPerTenant <= 0:
+		return bad("max_sandboxes and max_sandboxes_per_tenant must be positive")
+	case c.MaxUploadBytes <= 0 || c.MaxExecTimeoutS <= 0 || c.MaxExecOutputBytes <= 0:
+		return bad("max_upload_bytes, max_exec_timeout_s and max_exec_output_bytes must be positive")
+	case c.MaxEnvBytes <= 0 || c.MaxMetadataBytes <= 0:
+		return bad("max_env_bytes and max_metadata_bytes must be positive")
+	}
+	d, m := c.DefaultResources, c.MaxResources
+	if d.CPU <= 0 || d.MemoryMB <= 0 || d.DiskMB <= 0 || d.PIDs <= 0 {
+		return bad("default_resources must all be positive")
+	}
+	if d.CPU > m.CPU || d.MemoryMB > m.MemoryMB || d.DiskMB > m.DiskMB || d.PIDs > m.PIDs {
+		return bad("default_resources exceed max_resources")
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("log_level %q is not debug, info, warn or error", c.LogLevel)
+	}
+	return nil
+}
+
+// RecordRetention is RecordRetentionS as a duration.
+func (c Config) RecordRetention() time.Duration {
+	return time.Duration(c.RecordRetentionS) * time.Second
+}

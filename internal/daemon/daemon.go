@@ -1,0 +1,316 @@
+// Package daemon is `airlock serve`: it loads the configuration, opens the store, prepares the base template, starts the drivers, the sandbox manager and the HTTP API, and shuts them down gracefully.
+//
+// Settings come from, highest precedence first: command-line flags,
+// AIRLOCK_* environment variables, the JSON file given with --config, and
+// built-in defaults (see internal/config). AIRLOCK_ADMIN_KEY sets the admin
+// API key; without it a key is generated on the first start and printed
+// once to stderr (only its hash is stored).
+//
+// Shutdown (SIGINT, SIGTERM) stops accepting connections, ends event
+// streams (clients re-attach with Last-Event-ID), lets in-flight requests
+// finish until the shutdown timeout, and leaves every sandbox running: the
+// next start re-adopts them.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/driver/runc"
+	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/reaper"
+	"github.com/airlockhq/airlock/internal/server"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/template"
+	"github.com/airlockhq/airlock/internal/version"
+)
+
+// agentBinary is the agent's file name, looked up beside the running
+// executable and on $PATH.
+const agentBinary = "airlock-agent"
+
+// NewServeCommand returns the `serve` command.
+func NewServeCommand() *cobra.Command {
+	var (
+		configPath string
+		flags      config.Config
+	)
+	def := config.Default()
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the airlock daemon (HTTP API and sandbox manager)",
+		Long: `Run the airlock daemon: the HTTP API that creates sandboxes and runs code in them.
+
+Settings, highest precedence first: flags, AIRLOCK_* environment variables
+(` + strings.Join(config.EnvVars, ", ") + `),
+the JSON file given with --config, built-in defaults.
+
+AIRLOCK_ADMIN_KEY sets the admin API key. Without it, the first start
+generates one and prints it once on stderr; only its hash is stored.
+An earlier AIRLOCK_ADMIN_KEY is revoked when a different one is set.
+
+The agent binary is --agent-path when given, else airlock-agent next to
+this executable, else airlock-agent on $PATH.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: false,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := resolveConfig(cmd.Flags(), flags, configPath, os.LookupEnv)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return Run(ctx, cfg, Options{AdminKey: os.Getenv(auth.EnvAdminKeyName), Stderr: cmd.ErrOrStderr()})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "", "JSON config file")
+	f.StringVar(&flags.Listen, "listen", def.Listen, "HTTP listen address")
+	f.StringVar(&flags.DataDir, "data-dir", def.DataDir, "directory for the store, templates and sandboxes")
+	f.StringVar(&flags.AgentPath, "agent-path", "", "path of the airlock-agent binary (default: beside this executable, then $PATH)")
+	f.BoolVar(&flags.NoPrepare, "no-prepare", false, "do not build the base template at start")
+	f.StringVar(&flags.LogLevel, "log-level", def.LogLevel, "log level: debug, info, warn, error")
+	return cmd
+}
+
+// resolveConfig layers the settings: defaults < file < environment < the
+// flags the user actually set.
+func resolveConfig(f *pflag.FlagSet, flags config.Config, configPath string, lookup func(string) (string, bool)) (config.Config, error) {
+	cfg, err := config.Load(configPath, lookup)
+	if err != nil {
+		return cfg, err
+	}
+	if f.Changed("listen") {
+		cfg.Listen = flags.Listen
+	}
+	if f.Changed("data-dir") {
+		cfg.DataDir = flags.DataDir
+	}
+	if f.Changed("agent-path") {
+		cfg.AgentPath = flags.AgentPath
+	}
+	if f.Changed("no-prepare") {
+		cfg.NoPrepare = flags.NoPrepare
+	}
+	if f.Changed("log-level") {
+		cfg.LogLevel = flags.LogLevel
+	}
+	return cfg, nil
+}
+
+// Options are run-time inputs that are not configuration.
+type Options struct {
+	// AdminKey is AIRLOCK_ADMIN_KEY ("" to generate one on first start).
+	AdminKey string
+	// Stderr receives logs, the template build's progress and the
+	// generated admin key.
+	Stderr io.Writer
+	// Ready, when set, is called with the listening address once the API
+	// serves (tests).
+	Ready func(addr net.Addr)
+}
+
+// Run runs the daemon until ctx is done, then shuts down gracefully.
+func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
+	if opts.Stderr == nil {
+		opts.Stderr = os.Stderr
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := newLogger(opts.Stderr, cfg.LogLevel)
+	slog.SetDefault(log)
+
+	// Container inits are reparented to us rather than to host PID 1, so
+	// that the driver can learn how they ended.
+	if err := reaper.Enable(); err != nil {
+		log.Warn("cannot become a child subreaper", "err", err)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
+		return fmt.Errorf("creating data dir: %w", err)
+	}
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	st, err := store.Open(ctx, filepath.Join(cfg.DataDir, "airlock.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	authn := auth.New(st)
+	generated, err := authn.Bootstrap(ctx, opts.AdminKey)
+	if err != nil {
+		return fmt.Errorf("admin key: %w", err)
+	}
+	if generated != "" {
+		// Printed once, here; only the hash is stored.
+		fmt.Fprintf(opts.Stderr, "\nairlock: generated an admin API key. It is shown only this once; store it now:\n\n    %s\n\n"+
+			"Use it as `Authorization: Bearer <key>` or AIRLOCK_API_KEY; create tenant keys with POST /v1/keys.\n\n", generated)
+	}
+
+	agentPath, err := findAgent(cfg.AgentPath)
+	if err != nil {
+		return err
+	}
+	log.Info("agent binary", "path", agentPath)
+
+	tmpl := template.NewStore(filepath.Join(cfg.DataDir, "templates"))
+	if !cfg.NoPrepare {
+		log.Info("preparing base template (the first build takes a minute)")
+		t, err := tmpl.EnsureBase(ctx, opts.Stderr)
+		if err != nil {
+			return fmt.Errorf("preparing base template: %w", err)
+		}
+		log.Info("base template ready", "version", t.Version)
+	}
+
+	var drivers []driver.Driver
+	rd, err := runc.New(runc.Config{DataDir: cfg.DataDir, AgentPath: agentPath, Logger: log, MaxSandboxes: max(cfg.MaxSandboxes, 1024)})
+	if err != nil {
+		log.Warn("runc driver unavailable", "err", err)
+	} else {
+		defer rd.Close()
+		drivers = append(drivers, rd)
+	}
+
+	metrics := server.NewMetrics(nil)
+	m, err := manager.New(manager.Config{
+		Settings: cfg, Store: st, Drivers: drivers, Templates: tmpl, Logger: log,
+		OnExecEnd: metrics.ObserveExec,
+	})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if err := m.Start(ctx); err != nil {
+		return err
+	}
+	srv := server.New(server.Config{
+		Manager: m, Auth: authn, Metrics: metrics, Logger: log, Version: version.Version,
+		MaxUploadBytes: cfg.MaxUploadBytes,
+	})
+	return serve(ctx, cfg, srv, log, opts)
+}
+
+// serve runs the HTTP server until ctx is done.
+func serve(ctx context.Context, cfg config.Config, srv *server.Server, log *slog.Logger, opts Options) error {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	}
+	hs := &http.Server{
+		Handler: srv.Handler(),
+		// Slow-header clients cannot hold connections open forever. There is
+		// no write timeout: exec waits and event streams last as long as the
+		// command.
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	// Event streams and terminals end when shutdown starts: they would
+	// otherwise hold it for the whole timeout. Clients re-attach.
+	hs.RegisterOnShutdown(srv.CloseStreams)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("airlock serving", "addr", ln.Addr().String(), "version", version.Version, "data_dir", cfg.DataDir)
+	if opts.Ready != nil {
+		opts.Ready(ln.Addr())
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down; sandboxes keep running")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(cfg.ShutdownTimeoutS)*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn("in-flight requests cut off at the shutdown deadline", "err", err)
+		hs.Close()
+	}
+	<-errc
+	return nil
+}
+
+// newLogger returns the JSON logger on w.
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// findAgent locates the agent binary: the configured path, else beside the
+// running executable (bin/airlock-agent next to bin/airlock), else $PATH.
+func findAgent(configured string) (string, error) {
+	if configured != "" {
+		return checkExecutable(configured)
+	}
+	if exe, err := os.Executable(); err == nil {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
+		}
+		if p, err := checkExecutable(filepath.Join(filepath.Dir(exe), agentBinary)); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(agentBinary); err == nil {
+		return checkExecutable(p)
+	}
+	return "", errors.New("cannot find " + agentBinary + ": not beside this executable nor on $PATH; build it (make build) or pass --agent-path")
+}
+
+func checkExecutable(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("agent binary: %w", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("agent binary %s is not an executable file", abs)
+	}
+	return abs, nil
+}
+
+// lockDataDir takes an exclusive lock on the data dir: two daemons on one
+// data dir would each think they own every sandbox in it.
+func lockDataDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, "airlock.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock file: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another airlock serve is using %s", dir)
+		}
+		return nil, fmt.Errorf("locking %s: %w", dir, err)
+	}
+	return func() { f.Close() }, nil
+}

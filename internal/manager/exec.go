@@ -1,0 +1,855 @@
+package manager
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/agentclient"
+	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Timing of exec tracking.
+const (
+	// holdFlush is how long output that might be the start of a secret is
+	// held back waiting for the rest. A secret written in one write(2)
+	// arrives in one chunk; a split one usually within microseconds. A
+	// short held tail (a few bytes that happen to start a secret, as the
+	// end of any prompt may) goes out quickly; a longer one is strong
+	// evidence that a secret is being printed piecewise, so it waits longer.
+	holdFlush     = 20 * time.Millisecond
+	holdFlushLong = 2 * time.Second
+	holdLongFrom  = 4 // bytes of a secret's prefix that count as strong evidence
+	// backstopGrace is how long after an exec's timeout the server steps in
+	// if the agent has not ended it (the agent kills with SIGTERM and, after
+	// its own grace, SIGKILL; this only covers an agent that failed).
+	backstopGrace = 5 * time.Second
+	// backstopKillWait is how long the server waits for its own SIGKILL to
+	// end the exec before it records the timeout regardless.
+	backstopKillWait = 5 * time.Second
+	// stdinChunk is the piece size of stdin forwarding.
+	stdinChunk = 64 << 10
+	// retainMaxBytes bounds the output an ended exec keeps in memory for
+	// fast re-attach; a bigger one is served from the store right away, so
+	// that many large execs cannot pile up in the daemon's memory.
+	retainMaxBytes = 256 << 10
+)
+
+var (
+	userRE   = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+	signalRE = regexp.MustCompile(`^(SIG)?[A-Z][A-Z0-9+-]{1,15}$|^[0-9]{1,2}$`)
+)
+
+// ExecOptions are the transport-dependent parts of an exec.
+type ExecOptions struct {
+	// StdinOpen keeps stdin open after the request's stdin for WriteStdin
+	// (async and streaming calls, PTYs).
+	StdinOpen bool
+	// PTYSize, when set with a PTY request, is the initial terminal size.
+	PTYSize *agentproto.PTYSize
+}
+
+// Exec is a started command. Its output and result are followed by a
+// tracker that outlives the request that started it.
+type Exec struct {
+	t *execTracker
+}
+
+// ID is the exec's id (ex_…).
+func (e *Exec) ID() string { return e.t.id }
+
+// Subscribe follows the exec's (redacted) output from offset from on.
+func (e *Exec) Subscribe(from int64) *Subscription { return e.t.subscribe(from) }
+
+// Wait blocks until the exec ends (or ctx is done) and returns its result
+// with the captured output.
+func (e *Exec) Wait(ctx context.Context) (api.ExecResult, error) {
+	select {
+	case <-e.t.done:
+		return e.t.view(true), nil
+	case <-ctx.Done():
+		return api.ExecResult{}, ctx.Err()
+	}
+}
+
+// Result returns the exec's result now (status running while it runs).
+func (e *Exec) Result(withOutput bool) api.ExecResult { return e.t.view(withOutput) }
+
+// validateExec checks req and returns the agent request without env.
+func (m *Manager) validateExec(req api.ExecRequest) (agentproto.ExecRequest, error) {
+	var a agentproto.ExecRequest
+	switch {
+	case len(req.Cmd) > 0 && req.Shell != nil:
+		return a, public(errInvalid, "give exactly one of cmd and shell, not both")
+	case len(req.Cmd) == 0 && req.Shell == nil:
+		return a, public(errInvalid, "give exactly one of cmd and shell")
+	case req.Shell != nil && strings.TrimSpace(*req.Shell) == "":
+		return a, public(errInvalid, "shell is empty")
+	case len(req.Cmd) > 0 && req.Cmd[0] == "":
+		return a, public(errInvalid, "cmd[0] is empty")
+	}
+	for _, arg := range req.Cmd {
+		if strings.IndexByte(arg, 0) >= 0 {
+			return a, public(errInvalid, "cmd contains a NUL byte")
+		}
+	}
+	if req.Shell != nil {
+		if strings.IndexByte(*req.Shell, 0) >= 0 {
+			return a, public(errInvalid, "shell contains a NUL byte")
+		}
+		a.Shell = *req.Shell
+	}
+	a.Argv = req.Cmd
+	if req.Cwd != "" {
+		if !strings.HasPrefix(req.Cwd, "/") || strings.IndexByte(req.Cwd, 0) >= 0 {
+			return a, public(errInvalid, "cwd must be an absolute path")
+		}
+		a.Cwd = req.Cwd
+	}
+	a.User = req.User
+	if a.User == "" {
+		a.User = agentproto.DefaultUser
+	}
+	if !userRE.MatchString(a.User) {
+		return a, public(errInvalid, "user %q is not a valid user name", truncate(a.User, 32))
+	}
+	for k, v := range req.Env {
+		if err := validEnv(k, v); err != nil {
+			return a, err
+		}
+	}
+	if req.TimeoutS != nil {
+		t := *req.TimeoutS
+		if t < 0 || t > float64(m.settings.MaxExecTimeoutS) {
+			return a, public(errInvalid, "timeout_s must be between 0 and %d", m.settings.MaxExecTimeoutS)
+		}
+		a.TimeoutMS = int64(t * 1000)
+		if t > 0 && a.TimeoutMS == 0 {
+			a.TimeoutMS = 1
+		}
+	}
+	a.MaxOutputBytes = agentproto.DefaultMaxOutputBytes
+	maxOut := min(m.settings.MaxExecOutputBytes, agentproto.HardMaxOutputBytes)
+	a.MaxOutputBytes = min(a.MaxOutputBytes, maxOut)
+	if req.MaxOutputBytes != nil {
+		n := *req.MaxOutputBytes
+		if n < 1 || n > maxOut {
+			return a, public(errInvalid, "max_output_bytes must be between 1 and %d", maxOut)
+		}
+		a.MaxOutputBytes = n
+	}
+	if req.Stdin != nil {
+		a.Stdin = []byte(*req.Stdin)
+	}
+	return a, nil
+}
+
+// Exec starts a command in sandbox id. The returned Exec is followed to its
+// end whether or not the caller stays.
+func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api.ExecRequest, opts ExecOptions) (*Exec, error) {
+	areq, err := m.validateExec(req)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := m.running(ctx, p, id)
+	if err != nil {
+		return nil, err
+	}
+	areq.ID = auth.RandomID("ex_", 15)
+	areq.StdinOpen = opts.StdinOpen
+	if req.PTY {
+		areq.PTY = &agentproto.PTYSize{Cols: 80, Rows: 24}
+		if opts.PTYSize != nil {
+			areq.PTY = opts.PTYSize
+		}
+	}
+	// Environment: the sandbox's, then its secrets, then this call's.
+	env := make(map[string]string, len(sb.env)+len(sb.secrets)+len(req.Env))
+	maps.Copy(env, sb.env)
+	maps.Copy(env, sb.secrets)
+	maps.Copy(env, req.Env)
+	areq.Env = env
+
+	now := m.now().UTC()
+	rec := store.Exec{
+		ID: areq.ID, SandboxID: sb.id, Tenant: sb.tenant, User: areq.User,
+		Cwd: areq.Cwd, PTY: req.PTY, Status: api.ExecRunning, StartedAt: now,
+	}
+	// A command line may carry a secret verbatim: the record keeps it masked.
+	if req.Cmd != nil {
+		rec.Argv = make([]string, len(req.Cmd))
+		for i, a := range req.Cmd {
+			rec.Argv[i] = sb.red.redactString(a)
+		}
+	}
+	if req.Shell != nil {
+		masked := sb.red.redactString(*req.Shell)
+		rec.Shell = &masked
+	}
+	t := newTracker(m, sb, rec, time.Duration(areq.TimeoutMS)*time.Millisecond)
+	// The OOM kill count around the exec's start: if it grew when the exec
+	// died by SIGKILL, the kernel killed it for memory. Sampled alongside
+	// the start (it reads cgroup files) rather than before it: a process
+	// cannot outgrow its memory limit within the microseconds between.
+	var oomWG sync.WaitGroup
+	if st, ok := sb.drv.(driver.Stater); ok {
+		oomWG.Add(1)
+		go func() {
+			defer oomWG.Done()
+			if s, err := st.Stats(ctx, sb.id); err == nil {
+				t.oomBase, t.oomKnown = s.OOMKills, true
+			}
+		}()
+	}
+	defer oomWG.Wait()
+	if err := m.store.CreateExec(ctx, rec); err != nil {
+		return nil, err
+	}
+	// The tracker's context, not the request's, holds the stream: the exec
+	// is followed to its end even when the client leaves.
+	tctx, cancel := context.WithCancel(m.ctx)
+	var stream *agentclient.Stream
+	err = sb.withAgent(ctx, func(c *agentclient.Client) error {
+		s, err := c.Exec(tctx, areq)
+		if errors.Is(err, errdefs.ErrAlreadyExists) {
+			// A retry after a dropped connection: the first try got through.
+			s, err = c.Attach(tctx, areq.ID, 0)
+		}
+		stream = s
+		return err
+	})
+	clear(areq.Env)
+	if err != nil {
+		cancel()
+		end := m.now().UTC()
+		rec.Status, rec.EndedAt, rec.Error = api.ExecError, &end, "could not start: agent unreachable"
+		if ferr := m.store.FinishExec(context.WithoutCancel(ctx), rec, nil); ferr != nil {
+			m.log.Warn("recording failed exec", "sandbox_id", sb.id, "exec_id", rec.ID, "err", ferr)
+		}
+		return nil, fmt.Errorf("starting exec: %w", err)
+	}
+	sb.mu.Lock()
+	sb.execs[t.id] = t
+	sb.mu.Unlock()
+	oomWG.Wait() // the tracker reads the baseline
+	m.goBackground(func() { t.run(tctx, cancel, stream) })
+	return &Exec{t: t}, nil
+}
+
+// execTracker follows one exec: it reads the agent's events, redacts them,
+// keeps them for subscribers and records the outcome.
+type execTracker struct {
+	m        *Manager
+	sb       *sandbox
+	id       string
+	timeout  time.Duration
+	oomBase  uint64
+	oomKnown bool
+
+	mu      sync.Mutex
+	rec     store.Exec
+	events  []chunk // redacted, in offset order
+	nextOff int64   // offset after the last byte received
+	result  *api.ExecResult
+	notify  chan struct{} // closed and replaced on every change
+	done    chan struct{}
+}
+
+func newTracker(m *Manager, sb *sandbox, rec store.Exec, timeout time.Duration) *execTracker {
+	return &execTracker{
+		m: m, sb: sb, id: rec.ID, rec: rec, timeout: timeout,
+		notify: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// emit appends redacted output.
+func (t *execTracker) emit(cs []chunk) {
+	if len(cs) == 0 {
+		return
+	}
+	t.mu.Lock()
+	t.events = append(t.events, cs...)
+	close(t.notify)
+	t.notify = make(chan struct{})
+	t.mu.Unlock()
+}
+
+type streamItem struct {
+	ev  agentproto.Event
+	err error
+}
+
+// run follows the agent's stream until the exec ends.
+func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *agentclient.Stream) {
+	defer cancel()
+	m, sb := t.m, t.sb
+	items := make(chan streamItem)
+	read := func(st *agentclient.Stream) {
+		m.goBackground(func() {
+			defer st.Close()
+			for {
+				ev, err := st.Next()
+				select {
+				case items <- streamItem{ev, err}:
+				case <-ctx.Done():
+					return
+				}
+				if err != nil || ev.Type == agentproto.EventExit {
+					return
+				}
+			}
+		})
+	}
+	read(st)
+
+	red := &streamRedactor{r: sb.red}
+	flush := time.NewTimer(time.Hour)
+	flush.Stop()
+	defer flush.Stop()
+	armed := 0 // 0: off, 1: short hold, 2: long hold
+	var backstop <-chan time.Time
+	if t.timeout > 0 {
+		bt := time.NewTimer(t.timeout + backstopGrace)
+		defer bt.Stop()
+		backstop = bt.C
+	}
+	forced := false
+	for {
+		select {
+		case it := <-items:
+			if it.err != nil {
+				t.emit(red.flush())
+				if m.isShutdown() {
+					return // the next daemon re-attaches
+				}
+				select {
+				case <-sb.gone:
+					t.finishLocal(api.ExecKilled, "sandbox stopped")
+					return
+				default:
+				}
+				// The connection dropped but the sandbox may live: re-attach
+				// where we were.
+				t.mu.Lock()
+				from := t.nextOff
+				t.mu.Unlock()
+				var st2 *agentclient.Stream
+				err := sb.withAgent(ctx, func(c *agentclient.Client) error {
+					s, err := c.Attach(ctx, t.id, from)
+					st2 = s
+					return err
+				})
+				if err != nil {
+					if m.isShutdown() {
+						return
+					}
+					select {
+					case <-sb.gone:
+						t.finishLocal(api.ExecKilled, "sandbox stopped")
+					default:
+						m.log.Warn("lost exec stream", "sandbox_id", sb.id, "exec_id", t.id, "err", err)
+						t.finishLocal(api.ExecError, "lost connection to the sandbox agent")
+					}
+					return
+				}
+				read(st2)
+				continue
+			}
+			if it.ev.Type == agentproto.EventExit {
+				t.emit(red.flush())
+				res := agentproto.ExecResult{ID: t.id, Status: api.ExecError, ExitCode: -1, Error: "agent sent no result"}
+				if it.ev.Result != nil {
+					res = *it.ev.Result
+				}
+				if forced && res.Status != api.ExecOOM {
+					res.Status = api.ExecTimeout
+				}
+				t.finish(res)
+				return
+			}
+			t.mu.Lock()
+			if end := it.ev.Offset + int64(len(it.ev.Data)); end > t.nextOff {
+				t.nextOff = end
+			}
+			t.mu.Unlock()
+			t.emit(red.push(chunk{stream: it.ev.Stream, off: it.ev.Offset, data: it.ev.Data}))
+			// Arm the flush once per hold, not on every chunk: output that
+			// keeps coming must not postpone it forever. Only a hold that
+			// grows into strong evidence of a secret gets the longer wait.
+			switch n := red.pendingLen(); {
+			case n == 0:
+				if armed != 0 {
+					flush.Stop()
+					armed = 0
+				}
+			case n >= holdLongFrom && armed < 2:
+				flush.Reset(holdFlushLong)
+				armed = 2
+			case armed == 0:
+				flush.Reset(holdFlush)
+				armed = 1
+			}
+		case <-flush.C:
+			armed = 0
+			t.emit(red.flush())
+		case <-backstop:
+			if sb.state() == api.StatePaused {
+				// A frozen sandbox's exec cannot end; look again later.
+				backstop = time.After(backstopGrace)
+				continue
+			}
+			if !forced {
+				forced = true
+				m.log.Warn("exec outlived its timeout, killing it", "sandbox_id", sb.id, "exec_id", t.id)
+				kctx, kcancel := context.WithTimeout(ctx, backstopKillWait)
+				if c, err := sb.agent(kctx); err == nil {
+					c.Signal(kctx, t.id, "SIGKILL")
+				}
+				kcancel()
+				backstop = time.After(backstopKillWait)
+				continue
+			}
+			t.emit(red.flush())
+			t.finishLocal(api.ExecTimeout, "exec did not end after its timeout")
+			return
+		case <-sb.gone:
+			t.emit(red.flush())
+			t.finishLocal(api.ExecKilled, "sandbox stopped")
+			return
+		case <-m.shutdown:
+			return
+		}
+	}
+}
+
+// finishLocal ends the exec without a result from the agent.
+func (t *execTracker) finishLocal(status, why string) {
+	t.mu.Lock()
+	started := t.rec.StartedAt
+	t.mu.Unlock()
+	end := t.m.now().UTC()
+	t.finish(agentproto.ExecResult{
+		ID: t.id, Status: status, ExitCode: -1, StartedAt: started, EndedAt: end,
+		DurationMS: end.Sub(started).Milliseconds(), Error: why,
+	})
+}
+
+// finish records the outcome and wakes everyone waiting.
+func (t *execTracker) finish(res agentproto.ExecResult) {
+	m, sb := t.m, t.sb
+	status := res.Status
+	if status == api.ExecExited && res.Signal == "SIGKILL" && t.oomKnown {
+		// The agent could not tell (no cgroup view inside): the host can.
+		if st, ok := sb.drv.(driver.Stater); ok {
+			ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
+			if s, err := st.Stats(ctx, sb.id); err == nil && s.OOMKills > t.oomBase {
+				status = api.ExecOOM
+			}
+			cancel()
+		}
+	}
+	t.mu.Lock()
+	rec := t.rec
+	rec.Status = status
+	if res.ExitCode >= 0 && status != api.ExecError {
+		c := res.ExitCode
+		rec.ExitCode = &c
+	}
+	rec.Signal, rec.Truncated = res.Signal, res.Truncated
+	rec.StdoutBytes, rec.StderrBytes = res.StdoutBytes, res.StderrBytes
+	end := res.EndedAt
+	if end.IsZero() {
+		end = m.now().UTC()
+	}
+	if !res.StartedAt.IsZero() {
+		// The agent's clock measured the process; keep the record's start
+		// (the request time) but take the agent's duration.
+		rec.DurationMS = res.DurationMS
+	} else {
+		rec.DurationMS = end.Sub(rec.StartedAt).Milliseconds()
+	}
+	end = end.UTC()
+	rec.EndedAt = &end
+	rec.Error = sb.red.redactString(res.Error)
+	events := encodeEvents(t.events)
+	t.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), 30*time.Second)
+	if err := m.store.FinishExec(ctx, rec, events); err != nil {
+		m.log.Error("recording exec result", "sandbox_id", sb.id, "exec_id", t.id, "err", err)
+	}
+	cancel()
+
+	// The result becomes visible at once with done, so that whoever sees
+	// the exec ended also finds it ended everywhere (stdin, signal).
+	t.mu.Lock()
+	t.rec = rec
+	v := buildResult(rec, nil, false)
+	t.result = &v
+	close(t.notify)
+	t.notify = make(chan struct{})
+	close(t.done)
+	t.mu.Unlock()
+	if m.cfg.OnExecEnd != nil {
+		m.cfg.OnExecEnd(status, time.Duration(rec.DurationMS)*time.Millisecond)
+	}
+	m.log.Debug("exec ended", "sandbox_id", sb.id, "exec_id", t.id, "status", status, "duration_ms", rec.DurationMS)
+	// Keep it in memory a while for fast re-attach, then the store serves it
+	// (attached subscribers keep reading from the tracker they hold).
+	evict := func() {
+		sb.mu.Lock()
+		if sb.execs[t.id] == t {
+			delete(sb.execs, t.id)
+		}
+		sb.mu.Unlock()
+	}
+	if len(events) > retainMaxBytes {
+		evict()
+	} else {
+		time.AfterFunc(m.cfg.ExecRetention, evict)
+	}
+}
+
+// view returns the exec's result, with its captured output if asked.
+func (t *execTracker) view(withOutput bool) api.ExecResult {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rec := t.rec
+	if rec.EndedAt == nil {
+		rec.DurationMS = t.m.now().Sub(rec.StartedAt).Milliseconds()
+	}
+	if !withOutput || rec.EndedAt == nil {
+		return buildResult(rec, nil, false)
+	}
+	return buildResult(rec, t.events, true)
+}
+
+// buildResult turns a record (and its events) into the API's result.
+func buildResult(rec store.Exec, events []chunk, withOutput bool) api.ExecResult {
+	r := api.ExecResult{
+		ID: rec.ID, SandboxID: rec.SandboxID, Cmd: rec.Argv, Shell: rec.Shell, User: rec.User, Cwd: rec.Cwd,
+		ExitCode: rec.ExitCode, Signal: rec.Signal, Status: rec.Status, Truncated: rec.Truncated,
+		DurationMS: rec.DurationMS, StartedAt: rec.StartedAt, EndedAt: rec.EndedAt, Error: rec.Error,
+	}
+	if !withOutput {
+		return r
+	}
+	var out, errb []byte
+	for _, c := range events {
+		if c.stream == agentproto.StreamStderr {
+			errb = append(errb, c.data...)
+		} else {
+			out = append(out, c.data...)
+		}
+	}
+	so, se := string(out), string(errb)
+	if !utf8.Valid(out) || !utf8.Valid(errb) {
+		so, se = base64.StdEncoding.EncodeToString(out), base64.StdEncoding.EncodeToString(errb)
+		r.Encoding = "base64"
+	}
+	r.Stdout, r.Stderr = &so, &se
+	return r
+}
+
+// Event is one item of an exec's event stream as the API sends it.
+type Event struct {
+	// Type is "output" or "exit".
+	Type string
+	// Stream is stdout, stderr or pty (output).
+	Stream string
+	// Offset is the position of Data in the exec's combined output.
+	Offset int64
+	Data   []byte
+	// Result is set on the exit event (without output).
+	Result *api.ExecResult
+}
+
+// Subscription follows an exec's events from an offset.
+type Subscription struct {
+	t        *execTracker
+	next     int64
+	idx      int
+	sentExit bool
+}
+
+func (t *execTracker) subscribe(from int64) *Subscription {
+	return &Subscription{t: t, next: max(from, 0)}
+}
+
+// Next returns the next event. When idle elapses first it returns ok=false
+// (time for a heartbeat). After the exit event it returns io.EOF.
+func (s *Subscription) Next(ctx context.Context, idle time.Duration) (ev Event, ok bool, err error) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		t := s.t
+		t.mu.Lock()
+		for s.idx < len(t.events) && t.events[s.idx].off+int64(len(t.events[s.idx].data)) <= s.next {
+			s.idx++
+		}
+		if s.idx < len(t.events) {
+			c := t.events[s.idx]
+			data := c.data
+			off := c.off
+			if off < s.next {
+				data, off = data[s.next-off:], s.next
+			}
+			s.next = off + int64(len(data))
+			s.idx++
+			t.mu.Unlock()
+			return Event{Type: agentproto.EventOutput, Stream: c.stream, Offset: off, Data: data}, true, nil
+		}
+		if t.result != nil {
+			res := *t.result
+			t.mu.Unlock()
+			if s.sentExit {
+				return Event{}, false, io.EOF
+			}
+			s.sentExit = true
+			return Event{Type: agentproto.EventExit, Result: &res}, true, nil
+		}
+		wait := t.notify
+		t.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(idle)
+		}
+		select {
+		case <-wait:
+		case <-timer.C:
+			return Event{}, false, nil
+		case <-ctx.Done():
+			return Event{}, false, ctx.Err()
+		}
+	}
+}
+
+// findExec returns the tracker of exec eid of sandbox id: the live one, or
+// one rebuilt from the store for an ended exec.
+func (m *Manager) findExec(ctx context.Context, p auth.Principal, id, eid string) (*execTracker, *sandbox, error) {
+	m.mu.Lock()
+	sb := m.live[id]
+	m.mu.Unlock()
+	if sb != nil && p.CanSee(sb.tenant) {
+		sb.mu.Lock()
+		t := sb.execs[eid]
+		sb.mu.Unlock()
+		if t != nil {
+			return t, sb, nil
+		}
+	} else {
+		sb = nil
+		if _, err := m.record(ctx, p, id); err != nil {
+			return nil, nil, err
+		}
+	}
+	rec, err := m.store.GetExec(ctx, id, eid)
+	if errdefs.IsNotFound(err) {
+		return nil, nil, execNotFound()
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	blob, err := m.store.ExecOutput(ctx, eid)
+	if err != nil {
+		return nil, nil, err
+	}
+	events, err := decodeEvents(blob)
+	if err != nil {
+		return nil, nil, fmt.Errorf("exec %s output: %w", eid, err)
+	}
+	t := newTracker(m, nil, rec, 0)
+	t.events = events
+	v := buildResult(rec, nil, false)
+	t.result = &v
+	close(t.done)
+	return t, sb, nil
+}
+
+// GetExec returns exec eid of sandbox id, with its output once it ended.
+func (m *Manager) GetExec(ctx context.Context, p auth.Principal, id, eid string) (api.ExecResult, error) {
+	t, _, err := m.findExec(ctx, p, id, eid)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	return t.view(true), nil
+}
+
+// ListExecs returns one page of sandbox id's exec records, newest first.
+func (m *Manager) ListExecs(ctx context.Context, p auth.Principal, id string, limit int, cursor string) (api.ExecList, error) {
+	if _, err := m.record(ctx, p, id); err != nil {
+		return api.ExecList{}, err
+	}
+	recs, next, err := m.store.ListExecs(ctx, id, limit, cursor)
+	if err != nil {
+		if errdefs.IsInvalidArgument(err) {
+			return api.ExecList{}, public(errInvalid, "%s", publicText(err))
+		}
+		return api.ExecList{}, err
+	}
+	out := api.ExecList{Execs: make([]api.ExecResult, 0, len(recs)), NextCursor: next}
+	m.mu.Lock()
+	sb := m.live[id]
+	m.mu.Unlock()
+	for _, r := range recs {
+		if sb != nil && r.EndedAt == nil {
+			// Live duration of a running exec.
+			r.DurationMS = m.now().Sub(r.StartedAt).Milliseconds()
+		}
+		out.Execs = append(out.Execs, buildResult(r, nil, false))
+	}
+	return out, nil
+}
+
+// Events follows exec eid's output from offset from.
+func (m *Manager) Events(ctx context.Context, p auth.Principal, id, eid string, from int64) (*Subscription, error) {
+	if from < 0 {
+		return nil, public(errInvalid, "from_offset must not be negative")
+	}
+	t, _, err := m.findExec(ctx, p, id, eid)
+	if err != nil {
+		return nil, err
+	}
+	return t.subscribe(from), nil
+}
+
+// runningExec returns the live tracker of a running exec.
+func (m *Manager) runningExec(ctx context.Context, p auth.Principal, id, eid string) (*execTracker, *sandbox, error) {
+	t, sb, err := m.findExec(ctx, p, id, eid)
+	if err != nil {
+		return nil, nil, err
+	}
+	select {
+	case <-t.done:
+		return nil, nil, public(errdefs.ErrInvalidState, "exec has ended")
+	default:
+	}
+	if sb == nil {
+		return nil, nil, public(errdefs.ErrInvalidState, "sandbox is not running")
+	}
+	if st := sb.state(); st != api.StateRunning {
+		return nil, nil, public(errdefs.ErrInvalidState, "sandbox is %s", st)
+	}
+	return t, sb, nil
+}
+
+// WriteStdin forwards r to exec eid's stdin, then closes it if eof.
+func (m *Manager) WriteStdin(ctx context.Context, p auth.Principal, id, eid string, r io.Reader, eof bool) (int64, error) {
+	t, sb, err := m.runningExec(ctx, p, id, eid)
+	if err != nil {
+		return 0, err
+	}
+	c, err := sb.agent(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	buf := make([]byte, stdinChunk)
+	for {
+		k, rerr := r.Read(buf)
+		if k > 0 {
+			if err := c.WriteStdin(ctx, t.id, buf[:k]); err != nil {
+				return n, err
+			}
+			n += int64(k)
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+	if eof {
+		if err := c.CloseStdin(ctx, t.id); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Signal sends sig to exec eid's whole process tree.
+func (m *Manager) Signal(ctx context.Context, p auth.Principal, id, eid, sig string) error {
+	if !signalRE.MatchString(sig) {
+		return public(errInvalid, "signal %q is not a signal name or number", truncate(sig, 16))
+	}
+	t, sb, err := m.runningExec(ctx, p, id, eid)
+	if err != nil {
+		return err
+	}
+	return sb.withAgent(ctx, func(c *agentclient.Client) error { return c.Signal(ctx, t.id, sig) })
+}
+
+// Resize changes a PTY exec's terminal size.
+func (m *Manager) Resize(ctx context.Context, p auth.Principal, id, eid string, cols, rows uint16) error {
+	if cols == 0 || rows == 0 {
+		return public(errInvalid, "cols and rows must be positive")
+	}
+	t, sb, err := m.runningExec(ctx, p, id, eid)
+	if err != nil {
+		return err
+	}
+	return sb.withAgent(ctx, func(c *agentclient.Client) error { return c.Resize(ctx, t.id, cols, rows) })
+}
+
+// Stream ids in encoded event logs.
+var streamIDs = map[string]byte{agentproto.StreamStdout: 1, agentproto.StreamStderr: 2, agentproto.StreamPTY: 3}
+var streamNames = map[byte]string{1: agentproto.StreamStdout, 2: agentproto.StreamStderr, 3: agentproto.StreamPTY}
+
+// encodeEvents serialises events for the store: per event a stream byte, a
+// uvarint offset, a uvarint length and the bytes.
+func encodeEvents(events []chunk) []byte {
+	n := 0
+	for _, c := range events {
+		n += 1 + 2*binary.MaxVarintLen64 + len(c.data)
+	}
+	out := make([]byte, 0, n)
+	for _, c := range events {
+		out = append(out, streamIDs[c.stream])
+		out = binary.AppendUvarint(out, uint64(c.off))
+		out = binary.AppendUvarint(out, uint64(len(c.data)))
+		out = append(out, c.data...)
+	}
+	return out
+}
+
+func decodeEvents(b []byte) ([]chunk, error) {
+	var out []chunk
+	for len(b) > 0 {
+		name, ok := streamNames[b[0]]
+		if !ok {
+			return nil, errors.New("bad stream id")
+		}
+		b = b[1:]
+		off, k := binary.Uvarint(b)
+		if k <= 0 {
+			return nil, errors.New("bad offset")
+		}
+		b = b[k:]
+		l, k := binary.Uvarint(b)
+		if k <= 0 || uint64(len(b)-k) < l {
+			return nil, errors.New("bad length")
+		}
+		b = b[k:]
+		out = append(out, chunk{stream: name, off: int64(off), data: b[:l:l]})
+		b = b[l:]
+	}
+	return out, nil
+}

@@ -1,0 +1,45 @@
+package server_test
+
+import (
+	"net/http"
+	"os/exec"
+	"testing"
+
+	"github.com/airlockhq/airlock/api"
+)
+
+// benchExec measures the JSON exec round trip of `echo hi` through the API.
+func benchExec(b *testing.B, h *harness, id string) {
+	b.Helper()
+	req := api.ExecRequest{Cmd: []string{"echo", "hi"}}
+	b.ResetTimer()
+	for b.Loop() {
+		r := h.req("POST", "/v1/sandboxes/"+id+"/exec", h.key("acme"), req)
+		if r.StatusCode != http.StatusOK {
+			b.Fatalf("status %d: %s", r.StatusCode, r.body)
+		}
+	}
+}
+
+// BenchmarkExecEchoAPI: API → manager → in-process agent over a socketpair.
+func BenchmarkExecEchoAPI(b *testing.B) {
+	h := newHarness(b)
+	sb := h.create("acme", api.CreateSandboxRequest{})
+	benchExec(b, h, sb.ID)
+}
+
+// BenchmarkExecEchoRunc: the same through a real runc sandbox (root only).
+func BenchmarkExecEchoRunc(b *testing.B) {
+	e := newE2E(b)
+	sb := e.h.create("acme", api.CreateSandboxRequest{})
+	benchExec(b, e.h, sb.ID)
+}
+
+// BenchmarkForkExecEcho is the baseline: a plain local fork/exec.
+func BenchmarkForkExecEcho(b *testing.B) {
+	for b.Loop() {
+		if err := exec.Command("/bin/echo", "hi").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

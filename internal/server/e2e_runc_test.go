@@ -1,0 +1,264 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/driver/runc"
+	"github.com/airlockhq/airlock/internal/hostcheck"
+	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/server"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/template"
+	"github.com/airlockhq/airlock/internal/testutil"
+)
+
+// The end-to-end tests run the real stack as root: runc driver, storage,
+// the base template and the agent binary, behind the real HTTP server.
+
+// testDataDir is the per-machine cache of the base template.
+func testDataDir() string {
+	if d := os.Getenv("AIRLOCK_TEST_DATA_DIR"); d != "" {
+		return d
+	}
+	return "/var/lib/airlock-test"
+}
+
+var (
+	agentOnce sync.Once
+	agentBin  string
+	agentErr  error
+	agentDir  string // removed by TestMain
+)
+
+// buildAgent builds a static airlock-agent once per test binary.
+func buildAgent(t testing.TB) string {
+	t.Helper()
+	agentOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "airlock-server-agent-")
+		if err != nil {
+			agentErr = err
+			return
+		}
+		agentDir = dir
+		agentBin = filepath.Join(dir, "airlock-agent")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBin, "./cmd/airlock-agent")
+		cmd.Dir = filepath.Join("..", "..")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentErr = fmt.Errorf("building airlock-agent: %v\n%s", err, out)
+		}
+	})
+	if agentErr != nil {
+		t.Fatal(agentErr)
+	}
+	return agentBin
+}
+
+// e2e is the real stack on a temp data dir.
+type e2e struct {
+	t       testing.TB
+	dataDir string
+	tmpl    *template.Store
+	st      *store.Store
+	auth    *auth.Authenticator
+	drv     *runc.Driver
+	m       *manager.Manager
+	srv     *server.Server
+	ts      *httptest.Server
+	h       *harness // request helpers bound to ts
+}
+
+func newE2E(t testing.TB) *e2e {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	testutil.RequiresBinary(t, "runc")
+	tmpl := template.NewStore(filepath.Join(testDataDir(), "templates"))
+	if _, err := tmpl.Get("base", 0); err != nil {
+		// Build it once per machine (about half a minute).
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		var progress strings.Builder
+		if _, err := tmpl.EnsureBase(ctx, &progress); err != nil {
+			t.Skipf("base template unavailable (%v):\n%s", err, progress.String())
+		}
+	}
+	dataDir, err := os.MkdirTemp("", "airlock-server-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dataDir, 0o711) // sandbox uids must search it
+	e := &e2e{t: t, dataDir: dataDir, tmpl: tmpl}
+	st, err := store.Open(context.Background(), filepath.Join(dataDir, "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.st, e.auth = st, auth.New(st)
+	e.start()
+	// After the driver made its own directories: from here on, nothing new
+	// may stay behind (mounts, loop devices, cgroups, processes, files of
+	// sandboxes).
+	snap := hostcheck.Take(t, filepath.Join(dataDir, "sandboxes"))
+	t.Cleanup(func() {
+		ctx := context.Background()
+		// Delete what the test left, then nothing may remain on the host.
+		recs, _ := e.st.SandboxesInStates(ctx, api.StateStarting, api.StateRunning, api.StatePaused, api.StateStopping)
+		for _, r := range recs {
+			e.m.Delete(ctx, auth.Principal{Admin: true}, r.ID)
+		}
+		e.stop()
+		snap.AssertNoLeaks(t)
+		st.Close()
+		os.RemoveAll(dataDir)
+	})
+	return e
+}
+
+func (e *e2e) start() {
+	e.t.Helper()
+	drv, err := runc.New(runc.Config{DataDir: e.dataDir, AgentPath: buildAgent(e.t), Logger: testLog})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if h := drv.Probe(context.Background()); h.State != driver.HealthHealthy {
+		drv.Close()
+		e.t.Skipf("runc driver not usable here: %s", h.Description)
+	}
+	s := config.Default()
+	s.DataDir = e.dataDir
+	m, err := manager.New(manager.Config{Settings: s, Store: e.st, Drivers: []driver.Driver{drv}, Templates: e.tmpl,
+		Logger: testLog, TickInterval: 50 * time.Millisecond, SweepInterval: time.Second})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	e.drv, e.m = drv, m
+	e.srv = server.New(server.Config{Manager: m, Auth: e.auth, Logger: testLog, Version: "e2e", MaxUploadBytes: 64 << 20})
+	e.ts = httptest.NewServer(e.srv.Handler())
+	if e.h == nil {
+		e.h = &harness{t: e.t, keys: map[string]string{}, auth: e.auth}
+	}
+	e.h.url, e.h.srv, e.h.m = e.ts.URL, e.srv, m
+}
+
+func (e *e2e) stop() {
+	if e.ts == nil {
+		return
+	}
+	e.srv.CloseStreams()
+	e.ts.Close()
+	e.m.Close()
+	e.drv.Close()
+	e.ts = nil
+}
+
+func TestE2ERuncCreateExecFilesDelete(t *testing.T) {
+	e := newE2E(t)
+	h := e.h
+	sb := h.create("acme", api.CreateSandboxRequest{Resources: &api.Resources{MemoryMB: 128}, Secrets: map[string]string{"API_TOKEN": "e2e-secret-token-42"}})
+	if sb.State != api.StateRunning || sb.ReadyMS <= 0 {
+		t.Fatalf("created %+v", sb)
+	}
+	res := h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`id -u; id -un; pwd; cat /proc/sys/kernel/hostname; python3 -c 'print(6*7)'; echo $API_TOKEN`)})
+	want := "1000\nuser\n/home/user\n" + strings.ReplaceAll(sb.ID, "_", "-") + "\n42\n" + strings.Repeat("*", 19) + "\n"
+	if res.Status != api.ExecExited || strp(res.Stdout) != want {
+		t.Fatalf("exec: %+v\nstdout %q\nwant   %q\nstderr %q", res, strp(res.Stdout), want, strp(res.Stderr))
+	}
+	// Files in and out, seen by commands.
+	h.expect(h.req("PUT", "/v1/sandboxes/"+sb.ID+"/files?path=/home/user/in.txt", h.key("acme"), "from the host\n"), http.StatusCreated, "")
+	if res := h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`cat in.txt; echo made > out.txt`)}); strp(res.Stdout) != "from the host\n" {
+		t.Fatalf("uploaded file: %q", strp(res.Stdout))
+	}
+	r := h.req("GET", "/v1/sandboxes/"+sb.ID+"/files?path=/home/user/out.txt", h.key("acme"), nil)
+	if string(r.body) != "made\n" {
+		t.Fatalf("download %q", r.body)
+	}
+	// Timeout: the whole tree dies, status timeout.
+	timeout := 1.0
+	res = h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`trap "" TERM; (trap "" TERM; sleep 60) & sleep 60`), TimeoutS: &timeout})
+	if res.Status != api.ExecTimeout {
+		t.Fatalf("timeout: %+v", res)
+	}
+	// OOM: a memory bomb in a 128 MiB sandbox is reported as oom.
+	res = h.exec("acme", sb.ID, api.ExecRequest{Cmd: []string{"python3", "-c", "a = bytearray(1 << 30); print(len(a))"}})
+	if res.Status != api.ExecOOM {
+		t.Fatalf("memory bomb: status %q (%+v stderr %q)", res.Status, res, strp(res.Stderr))
+	}
+	// The sandbox still answers.
+	if res := h.exec("acme", sb.ID, api.ExecRequest{Cmd: []string{"true"}}); res.Status != api.ExecExited {
+		t.Fatalf("after oom: %+v", res)
+	}
+	var mt api.Metrics
+	h.req("GET", "/v1/sandboxes/"+sb.ID+"/metrics", h.key("acme"), nil).json(t, &mt)
+	if mt.CPUSeconds <= 0 || mt.MemoryPeakBytes == 0 || mt.UptimeS <= 0 {
+		t.Fatalf("metrics %+v", mt)
+	}
+	h.expect(h.req("DELETE", "/v1/sandboxes/"+sb.ID, h.key("acme"), nil), http.StatusNoContent, "")
+	if _, err := os.Stat(filepath.Join(e.dataDir, "sandboxes", sb.ID)); !os.IsNotExist(err) {
+		t.Fatalf("sandbox dir left after delete: %v", err)
+	}
+}
+
+func TestE2ERuncDiskFull(t *testing.T) {
+	e := newE2E(t)
+	h := e.h
+	sb := h.create("acme", api.CreateSandboxRequest{Resources: &api.Resources{DiskMB: 32}})
+	// An upload larger than the disk: quota_exceeded, nothing left behind.
+	big := strings.Repeat("x", 40<<20)
+	h.expect(h.req("PUT", "/v1/sandboxes/"+sb.ID+"/files?path=/home/user/big", h.key("acme"), big), http.StatusTooManyRequests, api.CodeQuotaExceeded)
+	// A command filling the disk sees ENOSPC; the sandbox stays usable.
+	res := h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`dd if=/dev/zero of=/home/user/fill bs=1M count=64 2>&1; rm -f /home/user/fill; echo ok > /home/user/after`)})
+	if !strings.Contains(strp(res.Stdout), "No space left") {
+		t.Fatalf("disk fill: %q", strp(res.Stdout))
+	}
+	h.expect(h.req("PUT", "/v1/sandboxes/"+sb.ID+"/files?path=/home/user/small", h.key("acme"), "fits"), http.StatusCreated, "")
+	if res := h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`cat /home/user/after /home/user/small; ls /home/user`)}); !strings.HasPrefix(strp(res.Stdout), "ok\nfits") || strings.Contains(strp(res.Stdout), "big") {
+		t.Fatalf("after disk full: %q", strp(res.Stdout))
+	}
+}
+
+func TestE2ERuncRestartSafety(t *testing.T) {
+	e := newE2E(t)
+	h := e.h
+	keep := h.create("acme", api.CreateSandboxRequest{})
+	dies := h.create("acme", api.CreateSandboxRequest{})
+	h.exec("acme", keep.ID, api.ExecRequest{Shell: sh(`echo state > /home/user/marker`)})
+	st, err := e.drv.Inspect(context.Background(), dies.ID)
+	if err != nil || st.Pid <= 0 {
+		t.Fatalf("inspect: %+v %v", st, err)
+	}
+	e.stop() // the daemon goes away; sandboxes keep running
+	if err := syscall.Kill(st.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	if got := h.state("acme", keep.ID); got.State != api.StateRunning {
+		t.Fatalf("kept sandbox after restart: %+v", got)
+	}
+	if res := h.exec("acme", keep.ID, api.ExecRequest{Cmd: []string{"cat", "/home/user/marker"}}); strp(res.Stdout) != "state\n" {
+		t.Fatalf("exec after restart: %+v", res)
+	}
+	got := h.state("acme", dies.ID)
+	if got.State != "error" || got.Error == nil || got.Error.Code != "sandbox_crashed" {
+		t.Fatalf("killed sandbox after restart: %+v", got)
+	}
+	if _, err := os.Stat(filepath.Join(e.dataDir, "sandboxes", dies.ID)); !os.IsNotExist(err) {
+		t.Fatalf("crashed sandbox not cleaned: %v", err)
+	}
+}

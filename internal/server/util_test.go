@@ -1,0 +1,5 @@
+package server_test
+
+import "io"
+
+var errEOF = io.EOF

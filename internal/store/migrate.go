@@ -1,0 +1,141 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// migrations are applied in order, each once, each in its own transaction.
+// Append new ones; never edit one that has shipped.
+var migrations = []string{
+	// 1: the initial schema.
+	`
+CREATE TABLE tenants (
+	id         TEXT PRIMARY KEY,
+	created_at INTEGER NOT NULL
+);
+
+CREATE TABLE api_keys (
+	id         TEXT PRIMARY KEY,
+	tenant     TEXT NOT NULL REFERENCES tenants(id),
+	name       TEXT NOT NULL DEFAULT '',
+	prefix     TEXT NOT NULL,
+	hash       BLOB NOT NULL UNIQUE,   -- sha256 of the secret; the secret is never stored
+	admin      INTEGER NOT NULL DEFAULT 0,
+	created_at INTEGER NOT NULL,
+	revoked_at INTEGER
+);
+CREATE INDEX api_keys_tenant ON api_keys(tenant, created_at);
+
+CREATE TABLE sandboxes (
+	id               TEXT PRIMARY KEY,
+	tenant           TEXT NOT NULL REFERENCES tenants(id),
+	state            TEXT NOT NULL,            -- observed state
+	desired_state    TEXT NOT NULL,            -- what the user asked for
+	spec             TEXT NOT NULL,            -- normalized create request, secrets excluded
+	handle           TEXT,                     -- driver.Handle JSON
+	secrets          BLOB,                     -- AES-GCM sealed secrets, NULL once deleted
+	template         TEXT NOT NULL,
+	template_version INTEGER NOT NULL DEFAULT 0,
+	runtime          TEXT NOT NULL,
+	created_at       INTEGER NOT NULL,
+	expires_at       INTEGER NOT NULL,         -- while running; shifted by paused time on resume
+	timeout_s        INTEGER NOT NULL,
+	paused_at        INTEGER,
+	paused_total_ns  INTEGER NOT NULL DEFAULT 0,
+	metadata         TEXT NOT NULL DEFAULT '{}',
+	ready_ms         INTEGER NOT NULL DEFAULT 0,
+	error_code       TEXT,
+	error_message    TEXT,
+	ended_at         INTEGER,
+	end_reason       TEXT
+);
+CREATE INDEX sandboxes_tenant ON sandboxes(tenant, created_at, id);
+CREATE INDEX sandboxes_created ON sandboxes(created_at, id);
+CREATE INDEX sandboxes_state ON sandboxes(state);
+
+CREATE TABLE execs (
+	id           TEXT PRIMARY KEY,
+	sandbox_id   TEXT NOT NULL,               -- no FK: records outlive the sandbox row
+	tenant       TEXT NOT NULL,
+	argv         TEXT,                        -- JSON array, NULL for shell
+	shell        TEXT,
+	user         TEXT NOT NULL,
+	cwd          TEXT NOT NULL DEFAULT '',
+	pty          INTEGER NOT NULL DEFAULT 0,
+	status       TEXT NOT NULL,
+	exit_code    INTEGER,
+	signal       TEXT,
+	truncated    INTEGER NOT NULL DEFAULT 0,
+	stdout_bytes INTEGER NOT NULL DEFAULT 0,
+	stderr_bytes INTEGER NOT NULL DEFAULT 0,
+	started_at   INTEGER NOT NULL,
+	ended_at     INTEGER,
+	duration_ms  INTEGER NOT NULL DEFAULT 0,
+	error        TEXT
+);
+CREATE INDEX execs_sandbox ON execs(sandbox_id, started_at, id);
+CREATE INDEX execs_status ON execs(status);
+
+-- Captured (redacted) output of ended execs, apart from the records so that
+-- listings never read it.
+CREATE TABLE exec_output (
+	exec_id TEXT PRIMARY KEY REFERENCES execs(id) ON DELETE CASCADE,
+	events  BLOB NOT NULL
+);
+
+CREATE TABLE idempotency_keys (
+	tenant       TEXT NOT NULL,
+	key          TEXT NOT NULL,
+	request_hash TEXT NOT NULL,
+	sandbox_id   TEXT NOT NULL,
+	created_at   INTEGER NOT NULL,
+	PRIMARY KEY (tenant, key)
+);
+CREATE INDEX idempotency_created ON idempotency_keys(created_at);
+`,
+}
+
+func migrate(ctx context.Context, db *sql.DB) error {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("migrations table: %w", err)
+	}
+	var have int
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("schema version: %w", err)
+	}
+	if have > len(migrations) {
+		// A newer daemon wrote this database: running an older one on it
+		// could corrupt what it does not understand.
+		return fmt.Errorf("store schema version %d is newer than this daemon's %d", have, len(migrations))
+	}
+	for v := have + 1; v <= len(migrations); v++ {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("migration %d: %w", v, err)
+		}
+		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", v, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations(version, applied_at) VALUES (?, ?)`,
+			v, time.Now().UnixNano()); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", v, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migration %d: %w", v, err)
+		}
+	}
+	return nil
+}
+
+// SchemaVersion reports the applied schema version.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := s.r.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v)
+	return v, err
+}
