@@ -1,0 +1,428 @@
+// Package cgroups reads the resource use of a sandbox's cgroup and removes its directories, on cgroup v1, hybrid and v2 hosts.
+//
+// runc creates and limits the cgroups (its cgroupfs driver); this package only
+// finds where they live, reads counters the driver reports (memory, OOM kills,
+// CPU time, tasks) and removes the empty directories runc leaves behind.
+package cgroups
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// Mode is how the host mounts cgroups.
+type Mode int
+
+const (
+	// ModeNone means no cgroup filesystem was found.
+	ModeNone Mode = iota
+	// ModeLegacy is cgroup v1 only.
+	ModeLegacy
+	// ModeHybrid is cgroup v1 controllers plus a cgroup2 tree without them
+	// (this project's reference host).
+	ModeHybrid
+	// ModeUnified is cgroup v2 only.
+	ModeUnified
+)
+
+// String names the mode as people say it.
+func (m Mode) String() string {
+	switch m {
+	case ModeLegacy:
+		return "v1"
+	case ModeHybrid:
+		return "hybrid"
+	case ModeUnified:
+		return "v2"
+	}
+	return "none"
+}
+
+// Hierarchy says where the host's cgroup filesystems are mounted.
+type Hierarchy struct {
+	// V1 maps each v1 controller (and named hierarchy like "name=systemd")
+	// to its mount point. Co-mounted controllers share one.
+	V1 map[string]string
+	// Unified is the mount point of the cgroup2 tree, "" if none.
+	Unified string
+	// UnifiedControllers are the controllers enabled on the cgroup2 tree.
+	UnifiedControllers []string
+}
+
+// Load reads the cgroup mounts of this process's mount namespace.
+func Load() (*Hierarchy, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("reading mounts: %w", err)
+	}
+	defer f.Close()
+	h, err := ParseMountinfo(f)
+	if err != nil {
+		return nil, err
+	}
+	if h.Unified != "" {
+		b, err := os.ReadFile(filepath.Join(h.Unified, "cgroup.controllers"))
+		if err == nil {
+			h.UnifiedControllers = strings.Fields(string(b))
+		}
+	}
+	return h, nil
+}
+
+// ParseMountinfo finds the cgroup mounts in a /proc/PID/mountinfo listing.
+// Only mounts of a hierarchy's root are used (a bind of a sub-cgroup, as in a
+// container, is not where its controllers' roots live).
+func ParseMountinfo(r io.Reader) (*Hierarchy, error) {
+	h := &Hierarchy{V1: map[string]string{}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// 35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		pf, qf := strings.Fields(pre), strings.Fields(post)
+		if len(pf) < 5 || len(qf) < 3 {
+			continue
+		}
+		root, mnt := unescape(pf[3]), unescape(pf[4])
+		switch qf[0] {
+		case "cgroup2":
+			if h.Unified == "" && root == "/" {
+				h.Unified = mnt
+			}
+		case "cgroup":
+			if root != "/" {
+				continue
+			}
+			for _, opt := range strings.Split(qf[2], ",") {
+				if isV1Option(opt) {
+					if _, dup := h.V1[opt]; !dup {
+						h.V1[opt] = mnt
+					}
+				}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("parsing mountinfo: %w", err)
+	}
+	return h, nil
+}
+
+// isV1Option reports whether a cgroup v1 super option names a hierarchy
+// (a controller or name=…) rather than a mount flag.
+func isV1Option(opt string) bool {
+	if strings.HasPrefix(opt, "name=") {
+		return true
+	}
+	switch opt {
+	case "rw", "ro", "relatime", "noatime", "nosuid", "nodev", "noexec", "noprefix", "xattr",
+		"clone_children", "cpuset_v2_mode", "favordynmods", "nofavordynmods":
+		return false
+	}
+	return !strings.Contains(opt, "=")
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space…).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Mode classifies the hierarchy.
+func (h *Hierarchy) Mode() Mode {
+	switch {
+	case len(h.V1) > 0 && h.Unified != "":
+		return ModeHybrid
+	case len(h.V1) > 0:
+		return ModeLegacy
+	case h.Unified != "":
+		return ModeUnified
+	}
+	return ModeNone
+}
+
+// Has reports whether controller is usable, on v1 or on the cgroup2 tree.
+func (h *Hierarchy) Has(controller string) bool {
+	if _, ok := h.V1[controller]; ok {
+		return true
+	}
+	return slices.Contains(h.UnifiedControllers, controller)
+}
+
+// v1 returns the v1 mount point of controller, "" if it is not on v1.
+func (h *Hierarchy) v1(controller string) string { return h.V1[controller] }
+
+// Group is one cgroup, named by its path relative to each hierarchy's root
+// (runc's cgroupsPath, e.g. "/airlock/sbx_…").
+type Group struct {
+	h    *Hierarchy
+	path string
+}
+
+// Group returns the cgroup at path in every hierarchy. It does not create it.
+func (h *Hierarchy) Group(path string) *Group {
+	return &Group{h: h, path: filepath.Join("/", path)}
+}
+
+// Path is the group's path relative to the hierarchy roots.
+func (g *Group) Path() string { return g.path }
+
+// Dirs are the group's directory in every hierarchy (v1 controllers sharing
+// a mount are listed once), sorted.
+func (g *Group) Dirs() []string {
+	seen := map[string]bool{}
+	var dirs []string
+	add := func(root string) {
+		d := filepath.Join(root, g.path)
+		if !seen[d] {
+			seen[d] = true
+			dirs = append(dirs, d)
+		}
+	}
+	for _, mnt := range g.h.V1 {
+		add(mnt)
+	}
+	if g.h.Unified != "" {
+		add(g.h.Unified)
+	}
+	sort.Strings(dirs)
+	return dirs
+}
+
+// dir is the group's directory for controller: its v1 mount if it has one,
+// else the cgroup2 tree.
+func (g *Group) dir(controller string) (string, bool) {
+	if m := g.h.v1(controller); m != "" {
+		return filepath.Join(m, g.path), true
+	}
+	if g.h.Unified != "" {
+		return filepath.Join(g.h.Unified, g.path), false
+	}
+	return "", false
+}
+
+// Exists reports whether the group has a directory in any hierarchy.
+func (g *Group) Exists() bool {
+	for _, d := range g.Dirs() {
+		if _, err := os.Stat(d); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Memory returns the memory in use now and the most ever used (v1
+// memory.max_usage_in_bytes, v2 memory.peak; 0 where the kernel lacks it).
+func (g *Group) Memory() (usage, peak uint64, err error) {
+	dir, v1 := g.dir("memory")
+	if dir == "" {
+		return 0, 0, errdefs.Wrap(errdefs.ErrNotImplemented, "no memory cgroup")
+	}
+	usageFile, peakFile := "memory.current", "memory.peak"
+	if v1 {
+		usageFile, peakFile = "memory.usage_in_bytes", "memory.max_usage_in_bytes"
+	}
+	if usage, err = readUint(filepath.Join(dir, usageFile)); err != nil {
+		return 0, 0, err
+	}
+	peak, err = readUint(filepath.Join(dir, peakFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return usage, 0, nil // memory.peak is Linux 5.19+
+	}
+	return usage, peak, err
+}
+
+// OOMKills counts the group's processes the kernel OOM killer killed (v1
+// memory.oom_control `oom_kill`, which unlike failcnt counts kills, not limit
+// hits; v2 memory.events `oom_kill`).
+func (g *Group) OOMKills() (uint64, error) {
+	dir, v1 := g.dir("memory")
+	if dir == "" {
+		return 0, errdefs.Wrap(errdefs.ErrNotImplemented, "no memory cgroup")
+	}
+	file := "memory.events"
+	if v1 {
+		file = "memory.oom_control"
+	}
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return 0, classify(err)
+	}
+	n, ok := ParseKeyed(b, "oom_kill")
+	if !ok {
+		return 0, fmt.Errorf("%s: no oom_kill line", file)
+	}
+	return n, nil
+}
+
+// CPUUsage is the CPU time the group's processes used (v1 cpuacct.usage, v2
+// cpu.stat usage_usec).
+func (g *Group) CPUUsage() (time.Duration, error) {
+	if m := g.h.v1("cpuacct"); m != "" {
+		ns, err := readUint(filepath.Join(m, g.path, "cpuacct.usage"))
+		return time.Duration(ns), err
+	}
+	if g.h.Unified == "" {
+		return 0, errdefs.Wrap(errdefs.ErrNotImplemented, "no cpu accounting cgroup")
+	}
+	b, err := os.ReadFile(filepath.Join(g.h.Unified, g.path, "cpu.stat"))
+	if err != nil {
+		return 0, classify(err)
+	}
+	us, ok := ParseKeyed(b, "usage_usec")
+	if !ok {
+		return 0, errors.New("cpu.stat: no usage_usec line")
+	}
+	return time.Duration(us) * time.Microsecond, nil
+}
+
+// PIDs is the number of tasks in the group (pids.current).
+func (g *Group) PIDs() (uint64, error) {
+	dir, _ := g.dir("pids")
+	if dir == "" {
+		return 0, errdefs.Wrap(errdefs.ErrNotImplemented, "no pids cgroup")
+	}
+	return readUint(filepath.Join(dir, "pids.current"))
+}
+
+// removeRetry is how long Remove retries a directory that is busy: tasks of a
+// killed group leave it a few milliseconds after SIGKILL, not at once.
+const removeRetry = 2 * time.Second
+
+// Remove deletes the group's directories in every hierarchy, children first.
+// A group that does not exist is not an error. It fails if a directory still
+// holds tasks once ctx is done or after a short retry.
+func (g *Group) Remove(ctx context.Context) error {
+	if g.path == "/" {
+		return errdefs.Wrap(errdefs.ErrInvalidArgument, "refusing to remove a cgroup root")
+	}
+	var errs []error
+	for _, d := range g.Dirs() {
+		if err := removeTree(ctx, d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeTree rmdirs dir and every cgroup below it, deepest first.
+func removeTree(ctx context.Context, dir string) error {
+	var subdirs []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() {
+			subdirs = append(subdirs, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("listing cgroup %s: %w", dir, err)
+	}
+	deadline := time.Now().Add(removeRetry)
+	for i := len(subdirs) - 1; i >= 0; i-- {
+		for {
+			err := unix.Rmdir(subdirs[i])
+			if err == nil || err == unix.ENOENT {
+				break
+			}
+			if err != unix.EBUSY || time.Now().After(deadline) {
+				return fmt.Errorf("removing cgroup %s: %w", subdirs[i], err)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("removing cgroup %s: %w", subdirs[i], ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// ParseKeyed returns the value of key in a flat keyed file ("key value" per
+// line: memory.oom_control, memory.events, cpu.stat, memory.stat).
+func ParseKeyed(b []byte, key string) (uint64, bool) {
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		k, v, ok := bytes.Cut(bytes.TrimSpace(line), []byte(" "))
+		if !ok || string(k) != key {
+			continue
+		}
+		n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		return n, true
+	}
+	return 0, false
+}
+
+// ParseUint parses a single-value cgroup file. "max" (v2: no limit) is
+// reported as the largest uint64.
+func ParseUint(b []byte) (uint64, error) {
+	s := strings.TrimSpace(string(b))
+	if s == "max" {
+		return ^uint64(0), nil
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parsing cgroup value %q: %w", s, err)
+	}
+	return n, nil
+}
+
+func readUint(path string) (uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, classify(err)
+	}
+	n, err := ParseUint(b)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return n, nil
+}
+
+// classify maps a missing cgroup file to errdefs.ErrNotFound: the group is
+// gone (the sandbox was deleted or never started).
+func classify(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+	}
+	return err
+}

@@ -1,0 +1,809 @@
+package drivertest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/hostcheck"
+)
+
+// Run runs the conformance suite against d, whose sandboxes start from tmpl.
+// Cases that check limits and isolation run in parallel; the teardown case
+// runs last, alone, so that its leak check sees only its own sandboxes.
+func Run(t *testing.T, d driver.Driver, tmpl driver.Template, opts ...Option) {
+	o := options{teardownCount: 50}
+	for _, f := range opts {
+		f(&o)
+	}
+	t.Run("Probe", func(t *testing.T) { testProbe(t, d) })
+	t.Run("Contract", func(t *testing.T) { testContract(t, d, tmpl) })
+	t.Run("Isolation", func(t *testing.T) {
+		cases := []struct {
+			name string
+			f    func(*testing.T, driver.Driver, driver.Template)
+		}{
+			{"ForkBomb", testForkBomb},
+			{"MemoryBomb", testMemoryBomb},
+			{"OutputFlood", testOutputFlood},
+			{"DiskFill", testDiskFill},
+			{"TimeoutTree", testTimeoutTree},
+			{"BackgroundDies", testBackgroundDies},
+			{"HostFiles", testHostFiles},
+			{"CrossSandbox", testCrossSandbox},
+			{"Users", testUsers},
+			{"PauseResume", testPauseResume},
+			{"StopStart", testStopStart},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				tc.f(t, d, tmpl)
+			})
+		}
+	})
+	// The CPU ratio is measured alone: parallel cases would steal the CPU
+	// time the quota allows and make the sandbox look over-throttled.
+	t.Run("CPUQuota", func(t *testing.T) { testCPUQuota(t, d, tmpl) })
+	t.Run("Recover", func(t *testing.T) {
+		if o.reopen == nil {
+			t.Skip("driver gave no WithReopen")
+		}
+		testRecover(t, d, tmpl, o.reopen)
+	})
+	t.Run("Teardown", func(t *testing.T) { testTeardown(t, d, tmpl, o) })
+}
+
+func testProbe(t *testing.T, d driver.Driver) {
+	h := d.Probe(ctxT(t))
+	if h.State != driver.HealthHealthy {
+		t.Fatalf("Probe = %+v, want healthy", h)
+	}
+	if h.Description == "" {
+		t.Error("Probe gave no description")
+	}
+}
+
+// testContract checks the error classes of the lifecycle calls.
+func testContract(t *testing.T, d driver.Driver, tmpl driver.Template) {
+	ctx := ctxT(t)
+	unknown := newID("sbx_none")
+	if err := d.Destroy(ctx, unknown); err != nil {
+		t.Errorf("Destroy of an unknown id = %v, want nil", err)
+	}
+	if _, err := d.Inspect(ctx, unknown); !errdefs.IsNotFound(err) {
+		t.Errorf("Inspect of an unknown id = %v, want not found", err)
+	}
+	if err := d.Recover(ctx, &driver.Handle{ID: unknown, Driver: d.Name()}); !errdefs.IsNotFound(err) {
+		t.Errorf("Recover of an unknown id = %v, want not found", err)
+	}
+	if _, err := d.Create(ctx, driver.Spec{ID: "../escape", Template: tmpl}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("Create with id ../escape = %v, want invalid argument", err)
+	}
+	spec := driver.Spec{ID: newID("sbx_c"), Template: tmpl}
+	h, err := d.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	t.Cleanup(func() { d.Destroy(context.Background(), spec.ID) })
+	if h.ID != spec.ID || h.Driver != d.Name() {
+		t.Errorf("handle = %+v", h)
+	}
+	if _, err := d.Create(ctx, spec); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("second Create = %v, want already exists", err)
+	}
+	st, err := d.Inspect(ctx, spec.ID)
+	if err != nil || st.State != driver.StateCreated {
+		t.Errorf("Inspect before Start = %+v, %v; want created", st, err)
+	}
+	if err := d.Destroy(ctx, spec.ID); err != nil {
+		t.Fatalf("Destroy of a created sandbox: %v", err)
+	}
+	if err := d.Destroy(ctx, spec.ID); err != nil {
+		t.Fatalf("second Destroy: %v", err)
+	}
+	if _, err := d.Inspect(ctx, spec.ID); !errdefs.IsNotFound(err) {
+		t.Errorf("Inspect after Destroy = %v, want not found", err)
+	}
+}
+
+// testForkBomb: a fork bomb hits the PID limit, never the host's, and the
+// sandbox still answers once it is killed.
+func testForkBomb(t *testing.T, d driver.Driver, tmpl driver.Template) {
+	const limit = 64
+	s := create(t, d, tmpl, driver.Resources{PIDs: limit})
+	stater, _ := d.(driver.Stater)
+	done := make(chan result, 1)
+	go func() {
+		// The classic bomb, then a loop that keeps every task it gets so
+		// the limit stays pressed until the timeout kills the tree (bash
+		// retries a failed fork where dash would give up and exit).
+		done <- s.exec(t, agentproto.ExecRequest{
+			Argv:      []string{"bash", "-c", `f() { f | f & }; f; while :; do sleep 1000 & done`},
+			TimeoutMS: 4000,
+		})
+	}()
+	var peak uint64
+	var r result
+wait:
+	for {
+		select {
+		case r = <-done:
+			break wait
+		case <-time.After(50 * time.Millisecond):
+			if stater != nil {
+				if st, err := stater.Stats(ctxT(t), s.id); err == nil && st.PIDs > peak {
+					peak = st.PIDs
+				}
+			}
+		}
+	}
+	if r.Status != agentproto.StatusTimeout {
+		t.Errorf("fork bomb: %v, want status timeout", r)
+	}
+	if stater != nil {
+		t.Logf("fork bomb peaked at %d tasks (limit %d)", peak, limit)
+		if peak > limit {
+			t.Errorf("sandbox ran %d tasks, limit %d", peak, limit)
+		}
+		if peak < limit/2 {
+			t.Errorf("fork bomb peaked at %d tasks: it never pressed the limit of %d", peak, limit)
+		}
+	}
+	s.alive(t)
+	if stater != nil {
+		// The bomb's processes are gone, not just throttled.
+		var n uint64
+		if !eventually(10*time.Second, func() bool {
+			st, err := stater.Stats(ctxT(t), s.id)
+			n = st.PIDs
+			return err == nil && st.PIDs < 10
+		}) {
+			t.Errorf("%d tasks left after the fork bomb ended", n)
+		}
+	}
+}
+
+// testMemoryBomb: allocating past the memory limit gets the process OOM
+// killed, reported as status oom and counted by Inspect and Stats.
+func testMemoryBomb(t *testing.T, d driver.Driver, tmpl driver.Template) {
+	s := create(t, d, tmpl, driver.Resources{MemoryMB: 128})
+	r := s.exec(t, agentproto.ExecRequest{
+		Argv:      []string{"python3", "-c", "x = []\nwhile True:\n    x.append(b'x' * (8 << 20))"},
+		TimeoutMS: 60_000,
+	})
+	if r.Status != agentproto.StatusOOM {
+		t.Errorf("memory bomb: %v, want status oom", r)
+	}
+	st, err := d.Inspect(ctxT(t), s.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.OOMKills < 1 {
+		t.Errorf("Inspect OOMKills = %d after an OOM kill", st.OOMKills)
+	}
+	if stater, ok := d.(driver.Stater); ok {
+		ss, err := stater.Stats(ctxT(t), s.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ss.OOMKills < 1 {
+			t.Errorf("Stats OOMKills = %d after an OOM kill", ss.OOMKills)
+		}
+		if ss.MemoryPeakBytes > 0 && ss.MemoryPeakBytes > 129<<20 {
+			t.Errorf("memory peak %d above the 128 MiB limit", ss.MemoryPeakBytes)
+		}
+	}
+	s.alive(t)
+}
+
+// testCPUQuota: two busy loops in a sandbox limited to half a CPU use about
+// half a CPU second per wall second (unthrottled they would use two).
+func testCPUQuota(t *testing.T, d driver.Driver, tmpl driver.Template) {
+	stater, ok := d.(driver.Stater)
+	if !ok {
+		t.Skip("driver has no Stats")
+	}
+	s := create(t, d, tmpl, driver.Resources{CPU: 0.5})
+	before, err := stater.Stats(ctxT(t), s.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	s.mustSh(t, "", `timeout 3 sh -c 'while :; do :; done' & timeout 3 sh -c 'while :; do :; done' & wait; true`)
+	wall := time.Since(start).Seconds()
+	after, err := stater.Stats(ctxT(t), s.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ratio := (after.CPUSeconds - before.CPUSeconds) / wall
+	t.Logf("cpu %.2fs over %.2fs wall: ratio %.2f", after.CPUSeconds-before.CPUSeconds, wall, ratio)
+	// The lower bound is loose: on a busy host the sandbox may get less
+	// than its quota. The upper one is what the quota guarantees.
+	if ratio > 0.7 || ratio < 0.2 {
+		t.Errorf("CPU ratio %.2f, want ≈ 0.5", ratio)
+	}
+}
+
+// testOutputFlood: output past the cap is dropped, the exec is marked
+// truncated and still ends normally.
+func testOutputFlood(t *testing.T, d driver.Driver, tmpl driver.Template) {
+	s := create(t, d, tmpl, driver.Resources{})
+	const total, limit = 20_000_000, 1 << 20
+	r := s.exec(t, agentproto.ExecRequest{Argv: []string{"head", "-c", strconv.Itoa(total), "/dev/zero"}, MaxOutputBytes: limit, TimeoutMS: 60_000})
+	if r.Status != agentproto.StatusExited || r.ExitCode != 0 {
+		t.Fatalf("flood: %v", r)
+	}
+	if !r.Truncated {
+		t.Error("flood not marked truncated")
+	}
+	if len(r.Stdout) > limit || len(r.Stdout) == 0 {
+		t.Errorf("got %d bytes of output, cap %d", len(r.Stdout), limit)
+	}
+	if r.StdoutBytes != total {
+		t.Errorf("StdoutBytes = %d, want %d", r.StdoutBytes, total)
+	}
+	s.alive(t)
+}
+
+// testDiskFill: filling the writable layer gives ENOSPC, not a host problem;
+// the sandbox keeps working, a file write through the agent fails with the
+// quota class, and deleting frees the space.
+func testDiskFill(t *testing.T, d driver.Driver, tmpl driver.Template) {
+	if !d.Capabilities().DiskQuota {
+		t.Skip("driver enforces no disk quota")
+	}
+	s := create(t, d, tmpl, driver.Resources{DiskMB: 64})
+	r := s.sh(t, "", "dd if=/dev/zero of=/home/user/fill bs=1M count=1000")
+	if r.Status != agentproto.StatusExited || r.ExitCode == 0 {
+		t.Fatalf("dd past the quota: %v", r)
+	}
+	if !strings.Contains(r.Stderr, "No space left on device") {
+		t.Errorf("dd stderr %q, want ENOSPC", r.Stderr)
+	}
+	s.alive(t)
+	ctx := ctxT(t)
+	_, err := s.c.WriteFile(ctx, "/home/user/more", "", 0o644, bytes.NewReader(make([]byte, 8<<20)), 0)
+	if !errors.Is(err, errdefs.ErrQuotaExceeded) {
+		t.Errorf("WriteFile on a full disk = %v, want quota exceeded", err)
+	}
+	if err := s.c.Remove(ctx, "/home/user/fill", "", false); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if _, err := s.c.WriteFile(ctx, "/home/user/more", "", 0o644, bytes.NewReader(make([]byte, 8<<20)), 0); err != nil {
+		t.Errorf("WriteFile after freeing space: %v", err)
+	}
+}
+
+// testTimeoutTree: a timed-out exec whose processes ignore SIGTERM still
+// ends, with every process of its tree.
+func testTimeoutTree(t *testing.T, d driver.Driver, tmpl driver.Template) {
+	s := create(t, d, tmpl, driver.Resources{})
+	start := time.Now()
+	r := s.exec(t, agentproto.ExecRequest{
+		Shell:     `trap '' TERM; sh -c "trap '' TERM; sleep 1001" & sh -c "trap '' TERM; sleep 1002 & wait" & sleep 1003`,
+		TimeoutMS: 1000,
+	})
+	if r.Status != agentproto.StatusTimeout {
+		t.Errorf("exec: %v, want status timeout", r)
+	}
+	if el := time.Since(start); el > 30*time.Second {
+		t.Errorf("timed-out exec took %v to end", el)
+	}
+	out := s.mustSh(t, "root", `for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null | tr '\0' ' '; echo; done`)
+	for _, n := range []string{"sleep 1001", "sleep 1002", "sleep 1003"} {
+		if strings.Contains(out, n) {
+			t.Errorf("%q survived the timeout:\n%s", n, out)
+		}
+	}
+}
+
+// testBackgroundDies: processes left running by an exec (nohup, a setsid
+// double-forked daemon) die with the sandbox.
+func testBackgroundDies(t *testing.T, d driver.Driver, tmpl driver.Template) {
+	if !hostVisible(d) {
+		t.Skip("sandbox processes are not host processes")
+	}
+	s := create(t, d, tmpl, driver.Resources{})
+	s.mustSh(t, "", `nohup sleep 1001 >/dev/null 2>&1 &
+setsid sh -c 'setsid sleep 1002 >/dev/null 2>&1 < /dev/null & ' >/dev/null 2>&1 < /dev/null
+true`)
+	init := s.initPid(t)
+	var procs []hostProc
+	if !eventually(10*time.Second, func() bool {
+		procs = pidnsProcs(t, init)
+		n := 0
+		for _, p := range procs {
+			if p.Comm == "sleep" {
+				n++
+			}
+		}
+		return n == 2
+	}) {
+		t.Fatalf("want 2 background sleeps on the host, sandbox has %+v", procs)
+	}
+	s.destroy(t)
+	if left := stillAlive(procs); !eventually(5*time.Second, func() bool { left = stillAlive(procs); return len(left) == 0 }) {
+		t.Fatalf("processes alive after Destroy: %+v", left)
+	}
+}
+
+// testHostFiles: nothing outside the sandbox root is reachable, by path, via
+// /proc, via symlinks made inside, via the agent's file operations or via a
+// tar-slip archive.
+func testHostFiles(t *testing.T, d driver.Driver, tmpl driver.Template) {
+	secret := token()
+	hostDir, err := os.MkdirTemp("", "airlock-hostfile-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(hostDir) })
+	// World-readable on purpose: only the sandbox boundary may keep it out.
+	os.Chmod(hostDir, 0o777)
+	marker := filepath.Join(hostDir, "marker")
+	if err := os.WriteFile(marker, []byte(secret), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := create(t, d, tmpl, driver.Resources{})
+	var seen strings.Builder
+	for _, user := range []string{"user", "root"} {
+		for _, cmd := range []string{
+			"cat " + marker,
+			"cat /proc/1/root" + marker,
+			"cat /proc/*/root" + marker,
+			"cat /proc/self/cwd/../../../../../.." + marker,
+			"ln -sf " + marker + " /tmp/l-" + user + "; cat /tmp/l-" + user,
+			"ln -sfn " + hostDir + " /tmp/d-" + user + "; cat /tmp/d-" + user + "/marker",
+			"cat /.airlock/run/../../../../.." + marker,
+		} {
+			r := s.sh(t, user, cmd)
+			seen.WriteString(r.Stdout + r.Stderr)
+		}
+	}
+	// /etc/shadow inside is the template's, never the host's.
+	if hostShadow, err := os.ReadFile("/etc/shadow"); err == nil {
+		r := s.sh(t, "root", "cat /etc/shadow")
+		if sha256.Sum256([]byte(r.Stdout)) == sha256.Sum256(hostShadow) {
+			t.Error("the sandbox reads the host's /etc/shadow")
+		}
+	}
+	ctx := ctxT(t)
+	s.mustSh(t, "", "ln -sfn "+hostDir+" /home/user/hostdir; ln -sf "+marker+" /home/user/hostmarker")
+	for _, p := range []string{
+		marker, "/tmp/../../../../.." + marker, "/home/user/hostdir/marker", "/home/user/hostmarker",
+		"/proc/1/root" + marker,
+	} {
+		for _, user := range []string{"", "root"} {
+			rc, _, err := s.c.ReadFile(ctx, p, user)
+			if err != nil {
+				continue
+			}
+			b, _ := io.ReadAll(rc)
+			rc.Close()
+			seen.Write(b)
+		}
+	}
+	// The agent writes through paths that point outside: nothing may land
+	// on the host.
+	for _, p := range []string{"/home/user/hostdir/written", filepath.Join(hostDir, "written2")} {
+		s.c.WriteFile(ctx, p, "root", 0o644, strings.NewReader(secret), 0)
+	}
+	// A tar-slip archive: parent escapes, an absolute name, and a symlink
+	// the archive itself makes and then writes through.
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{
+		{Name: "../../../../../../../../" + hostDir + "/slip1", Mode: 0o644, Size: int64(len(secret)), Typeflag: tar.TypeReg},
+		{Name: hostDir + "/slip2", Mode: 0o644, Size: int64(len(secret)), Typeflag: tar.TypeReg},
+		{Name: "lnk", Linkname: hostDir, Typeflag: tar.TypeSymlink},
+		{Name: "lnk/slip3", Mode: 0o644, Size: int64(len(secret)), Typeflag: tar.TypeReg},
+		{Name: "hard", Linkname: marker, Typeflag: tar.TypeLink},
+	} {
+		tw.WriteHeader(h)
+		if h.Typeflag == tar.TypeReg {
+			tw.Write([]byte(secret))
+		}
+	}
+	tw.Close()
+	for _, user := range []string{"", "root"} {
+		s.c.TarIn(ctx, "/tmp/untar-"+user, user, bytes.NewReader(buf.Bytes()))
+	}
+	r := s.sh(t, "root", "cat /tmp/untar-*/hard /tmp/untar-*/lnk/* 2>&1")
+	seen.WriteString(r.Stdout)
+
+	if strings.Contains(seen.String(), secret) {
+		t.Error("a host file's content was read from inside the sandbox")
+	}
+	ents, _ := os.ReadDir(hostDir)
+	if len(ents) != 1 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("the sandbox wrote into a host directory: %v", names)
+	}
+	if b, _ := os.ReadFile(marker); string(b) != secret {
+		t.Error("the host marker file was changed")
+	}
+}
+
+// testCrossSandbox: two sandboxes see neither each other's processes nor
+// files.
+func testCrossSandbox(t *testing.T, d driver.Driver, tmpl driver.Template) {
+	a := create(t, d, tmpl, driver.Resources{})
+	b := create(t, d, tmpl, driver.Resources{})
+	secret := token()
+	a.mustSh(t, "", "echo "+secret+" > /tmp/a-file; nohup sleep 1777 >/dev/null 2>&1 &")
+	// The listing shell's own command line must not name what it looks
+	// for, so the names are built at run time.
+	r := b.sh(t, "root", `for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null | tr '\0' ' '; echo; done; cat /proc/*/root/tmp/a-fi""le /tmp/a-fi""le 2>/dev/null; ls /tmp`)
+	if strings.Contains(r.Stdout, "sleep 1777") {
+		t.Error("sandbox B sees sandbox A's process")
+	}
+	if strings.Contains(r.Stdout, secret) || strings.Contains(r.Stdout, "a-file") {
+		t.Errorf("sandbox B sees sandbox A's file: %q", r.Stdout)
+	}
+	if out := a.mustSh(t, "", "cat /tmp/a-file"); strings.TrimSpace(out) != secret {
+		t.Errorf("sandbox A lost its own file: %q", out)
+	}
+	if _, _, err := b.c.ReadFile(ctxT(t), "/tmp/a-file", "root"); !errdefs.IsNotFound(err) {
+		t.Errorf("ReadFile of A's file in B = %v, want not found", err)
+	}
+	if hostVisible(d) {
+		pa, pb := a.initPid(t), b.initPid(t)
+		na, _ := os.Readlink("/proc/" + strconv.Itoa(pa) + "/ns/pid")
+		nb, _ := os.Readlink("/proc/" + strconv.Itoa(pb) + "/ns/pid")
+		if na == nb {
+			t.Errorf("both sandboxes share the pid namespace %s", na)
+		}
+	}
+}
+
+// testUsers: the default user is `user` (uid 1000, home /home/user); root
+// inside is not root on the host.
+func testUsers(t *testing.T, d driver.Driver, tmpl driver.Template) {
+	s := create(t, d, tmpl, driver.Resources{})
+	out := s.mustSh(t, "", `id -u; id -g; id -un; echo "$HOME"; pwd`)
+	if want := "1000\n1000\nuser\n/home/user\n/home/user\n"; out != want {
+		t.Errorf("default user: got %q, want %q", out, want)
+	}
+	if out := s.mustSh(t, "root", "id -u"); strings.TrimSpace(out) != "0" {
+		t.Errorf("root: id -u = %q", out)
+	}
+	if !hostVisible(d) {
+		return
+	}
+	init := s.initPid(t)
+	ip, ok := readHostProc(init)
+	if !ok {
+		t.Fatal("init is gone")
+	}
+	if ip.UID <= 0 {
+		t.Fatalf("init runs as host uid %d: root inside is root outside", ip.UID)
+	}
+	umap, err := os.ReadFile("/proc/" + strconv.Itoa(init) + "/uid_map")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(string(umap)); len(f) < 3 || f[0] != "0" || f[1] != strconv.Itoa(ip.UID) {
+		t.Errorf("uid_map %q does not map 0 to the init's host uid %d", umap, ip.UID)
+	}
+	// A process of `user` is host uid base+1000, and a root one base.
+	s.mustSh(t, "", "nohup sleep 1501 >/dev/null 2>&1 &")
+	s.mustSh(t, "root", "nohup sleep 1502 >/dev/null 2>&1 &")
+	var procs []hostProc
+	eventually(10*time.Second, func() bool {
+		procs = pidnsProcs(t, init)
+		n := 0
+		for _, p := range procs {
+			if p.Comm == "sleep" {
+				n++
+			}
+		}
+		return n == 2
+	})
+	var uids []int
+	for _, p := range procs {
+		if p.Comm == "sleep" {
+			uids = append(uids, p.UID)
+		}
+	}
+	if len(uids) != 2 || !((uids[0] == ip.UID+1000 && uids[1] == ip.UID) || (uids[1] == ip.UID+1000 && uids[0] == ip.UID)) {
+		t.Errorf("sleep host uids %v, want %d and %d", uids, ip.UID, ip.UID+1000)
+	}
+}
+
+// testPauseResume: a paused sandbox does not run (a clock loop shows a gap
+// as long as the pause) and runs again after Resume.
+func testPauseResume(t *testing.T, d driver.Driver, tmpl driver.Template) {
+	p, ok := d.(driver.Pauser)
+	if !ok || !d.Capabilities().Pause {
+		t.Skip("driver cannot pause")
+	}
+	s := create(t, d, tmpl, driver.Resources{})
+	ctx := ctxT(t)
+	id := newID("ex_")
+	st, err := s.c.Exec(ctx, agentproto.ExecRequest{ID: id, Shell: `while :; do date +%s%N; sleep 0.05; done`, TimeoutMS: 60_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var mu sync.Mutex
+	var stamps []int64
+	var partial string
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		for {
+			ev, err := st.Next()
+			if err != nil {
+				return
+			}
+			if ev.Type != agentproto.EventOutput {
+				continue
+			}
+			mu.Lock()
+			partial += string(ev.Data)
+			for {
+				line, rest, ok := strings.Cut(partial, "\n")
+				if !ok {
+					break
+				}
+				partial = rest
+				if n, err := strconv.ParseInt(line, 10, 64); err == nil {
+					stamps = append(stamps, n)
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	time.Sleep(700 * time.Millisecond)
+	const pause = 1500 * time.Millisecond
+	if err := p.Pause(ctx, s.id); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	if ss, err := d.Inspect(ctx, s.id); err != nil || ss.State != driver.StatePaused {
+		t.Errorf("Inspect while paused = %+v, %v", ss, err)
+	}
+	time.Sleep(pause)
+	if err := p.Resume(ctx, s.id); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if ss, err := d.Inspect(ctx, s.id); err != nil || ss.State != driver.StateRunning {
+		t.Errorf("Inspect after resume = %+v, %v", ss, err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	if err := s.c.Signal(ctx, id, "SIGKILL"); err != nil {
+		t.Fatalf("Signal: %v", err)
+	}
+	<-readDone
+	mu.Lock()
+	defer mu.Unlock()
+	if len(stamps) < 10 {
+		t.Fatalf("only %d clock lines", len(stamps))
+	}
+	var maxGap int64
+	for i := 1; i < len(stamps); i++ {
+		maxGap = max(maxGap, stamps[i]-stamps[i-1])
+	}
+	if time.Duration(maxGap) < pause*8/10 {
+		t.Errorf("longest gap between clock lines %v: the loop ran while paused %v", time.Duration(maxGap), pause)
+	}
+	s.alive(t)
+}
+
+// testStopStart: Stop ends every process (one that ignores SIGTERM too) and
+// keeps the storage; Start runs the sandbox again.
+func testStopStart(t *testing.T, d driver.Driver, tmpl driver.Template) {
+	s := create(t, d, tmpl, driver.Resources{})
+	secret := token()
+	s.mustSh(t, "", "echo "+secret+" > /home/user/kept; nohup sh -c \"trap '' TERM; sleep 1000\" >/dev/null 2>&1 &")
+	ctx := ctxT(t)
+	var procs []hostProc
+	if hostVisible(d) {
+		procs = pidnsProcs(t, s.initPid(t))
+	}
+	s.c.Close()
+	if err := d.Stop(ctx, s.id, 2*time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	st, err := d.Inspect(ctx, s.id)
+	if err != nil || st.State != driver.StateStopped {
+		t.Errorf("Inspect after Stop = %+v, %v; want stopped", st, err)
+	}
+	if left := stillAlive(procs); len(left) > 0 {
+		t.Errorf("processes alive after Stop: %+v", left)
+	}
+	if err := d.Start(ctx, s.id); err != nil {
+		t.Fatalf("Start after Stop: %v", err)
+	}
+	s.c = nil
+	s.connect(t, d)
+	if out := s.mustSh(t, "", "cat /home/user/kept"); strings.TrimSpace(out) != secret {
+		t.Errorf("file after Stop/Start = %q, want %q", out, secret)
+	}
+}
+
+// testRecover: a new driver instance re-adopts a running sandbox (exec
+// works through it), and reports one whose init died as not found, which
+// Destroy then cleans.
+func testRecover(t *testing.T, d driver.Driver, tmpl driver.Template, reopen func(*testing.T) driver.Driver) {
+	live := create(t, d, tmpl, driver.Resources{})
+	dead := create(t, d, tmpl, driver.Resources{})
+	live.mustSh(t, "", "echo before > /tmp/f")
+	var deadProcs []hostProc
+	if hostVisible(d) {
+		pid := dead.initPid(t)
+		deadProcs = pidnsProcs(t, pid)
+		// The sandbox's init is a process this test started (through
+		// the driver): kill it by pid, as a crash would.
+		if err := killPid(pid); err != nil {
+			t.Fatal(err)
+		}
+		if !eventually(10*time.Second, func() bool { return len(stillAlive(deadProcs)) == 0 }) {
+			t.Fatalf("sandbox processes survive their init: %+v", stillAlive(deadProcs))
+		}
+	}
+	d2 := reopen(t)
+	ctx := ctxT(t)
+	if err := d2.Recover(ctx, live.h); err != nil {
+		t.Fatalf("Recover of a running sandbox: %v", err)
+	}
+	live.connect(t, d2)
+	if out := live.mustSh(t, "", "cat /tmp/f"); strings.TrimSpace(out) != "before" {
+		t.Errorf("recovered sandbox lost its file: %q", out)
+	}
+	if st, err := d2.Inspect(ctx, live.id); err != nil || st.State != driver.StateRunning {
+		t.Errorf("Inspect of the recovered sandbox = %+v, %v", st, err)
+	}
+	if !hostVisible(d) {
+		return
+	}
+	if err := d2.Recover(ctx, dead.h); !errdefs.IsNotFound(err) {
+		t.Errorf("Recover of a sandbox whose init died = %v, want not found", err)
+	}
+	if err := d2.Destroy(ctx, dead.id); err != nil {
+		t.Fatalf("Destroy of the dead sandbox: %v", err)
+	}
+	dead.d = d2
+	if _, err := d2.Inspect(ctx, dead.id); !errdefs.IsNotFound(err) {
+		t.Errorf("Inspect after Destroy = %v, want not found", err)
+	}
+}
+
+// testTeardown creates sandboxes (a third with background processes, one
+// that fails half way) and destroys them all, then checks that no mount, loop
+// device, cgroup, file or process is left.
+func testTeardown(t *testing.T, d driver.Driver, tmpl driver.Template, o options) {
+	snap := hostcheck.Take(t, o.leakRoots...)
+	n := o.teardownCount
+	ctx := ctxT(t)
+	type made struct {
+		id    string
+		procs []hostProc
+	}
+	var (
+		mu   sync.Mutex
+		all  []made
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, 6)
+		errs = make(chan error, n+1)
+	)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			id := newID("sbx_td")
+			if _, err := d.Create(ctx, driver.Spec{ID: id, Template: tmpl}); err != nil {
+				errs <- err
+				return
+			}
+			m := made{id: id}
+			defer func() { mu.Lock(); all = append(all, m); mu.Unlock() }()
+			if err := d.Start(ctx, id); err != nil {
+				errs <- err
+				return
+			}
+			if i%3 != 0 {
+				return
+			}
+			procs, err := startBackground(ctx, d, id)
+			if err != nil {
+				errs <- err
+			}
+			m.procs = procs
+		}(i)
+	}
+	wg.Wait()
+	// A sandbox whose Create fails half way (missing template layer) leaves
+	// nothing either.
+	bad := tmpl
+	bad.Layers = append([]string{"/nonexistent/airlock-layer"}, tmpl.Layers...)
+	if _, err := d.Create(ctx, driver.Spec{ID: newID("sbx_bad"), Template: bad}); err == nil {
+		errs <- errors.New("Create with a missing layer succeeded")
+	}
+	for _, m := range all {
+		wg.Add(1)
+		go func(m made) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := d.Destroy(ctx, m.id); err != nil {
+				errs <- err
+			}
+			if err := d.Destroy(ctx, m.id); err != nil {
+				errs <- errors.New("second Destroy: " + err.Error())
+			}
+		}(m)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	var background int
+	for _, m := range all {
+		background += len(m.procs)
+		if left := stillAlive(m.procs); len(left) > 0 {
+			t.Errorf("sandbox %s: processes alive after Destroy: %+v", m.id, left)
+		}
+	}
+	if hostVisible(d) && background == 0 {
+		t.Error("no background process was started: the check above proved nothing")
+	}
+	snap.AssertNoLeaks(t)
+}
+
+// startBackground leaves background processes in sandbox id and returns
+// them as seen from the host.
+func startBackground(ctx context.Context, d driver.Driver, id string) ([]hostProc, error) {
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := d.DialAgent(dctx, id)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newClient(conn)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	res, err := runWait(ctx, c, agentproto.ExecRequest{
+		ID:    newID("ex_"),
+		Shell: `nohup sleep 1000 >/dev/null 2>&1 & setsid sh -c 'sleep 1001 & ' >/dev/null 2>&1 </dev/null; true`,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if res.Status != agentproto.StatusExited || res.ExitCode != 0 {
+		return nil, errors.New("background exec: " + res.Status + " " + res.Error)
+	}
+	if !hostVisible(d) {
+		return nil, nil
+	}
+	st, err := d.Inspect(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var procs []hostProc
+	eventually(10*time.Second, func() bool {
+		procs = pidnsProcsErr(st.Pid)
+		return len(procs) >= 3
+	})
+	return procs, nil
+}

@@ -1,0 +1,221 @@
+package runc
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/driver"
+)
+
+// Paths inside the sandbox.
+const (
+	agentMountPath = "/.airlock/airlock-agent"
+	runMountPath   = "/.airlock/run"
+	agentSockName  = "agent.sock"
+	// sandboxPath is the only environment the agent starts with: the
+	// daemon's own environment (tokens, proxies, paths) never enters.
+	sandboxPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	// cpuPeriod is the CFS period for CPU quotas (the kernel's default):
+	// long enough for low overhead, short enough that a throttled sandbox
+	// stutters by at most 100 ms.
+	cpuPeriod = 100_000
+	// shmSize bounds /dev/shm, a tmpfs charged to the sandbox's memory but
+	// cheaper to cap here than to discover through an OOM kill.
+	shmSize = "65536k"
+	// maxNofile is the open file limit of the agent and everything it
+	// starts, unless the daemon's own hard limit is lower: in a user
+	// namespace runc cannot raise it.
+	maxNofile = 65536
+)
+
+// Defaults for zero resources. The service passes its own defaults; these
+// keep a direct user of the driver from creating an unlimited sandbox.
+const (
+	DefaultCPU      = 1.0
+	DefaultMemoryMB = 512
+	DefaultDiskMB   = 1024
+	DefaultPIDs     = 256
+)
+
+// withDefaults fills zero resources with the defaults.
+func withDefaults(r driver.Resources) driver.Resources {
+	if r.CPU <= 0 {
+		r.CPU = DefaultCPU
+	}
+	if r.MemoryMB <= 0 {
+		r.MemoryMB = DefaultMemoryMB
+	}
+	if r.DiskMB <= 0 {
+		r.DiskMB = DefaultDiskMB
+	}
+	if r.PIDs <= 0 {
+		r.PIDs = DefaultPIDs
+	}
+	return r
+}
+
+// capabilities the agent (root in the sandbox's user namespace) keeps: what
+// a package install or a server on a low port needs, without NET_RAW (raw
+// sockets, spoofing), MKNOD, SYS_ADMIN or SYS_PTRACE.
+var capabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID",
+	"CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_AUDIT_WRITE",
+}
+
+// maskedPaths and readonlyPaths are runc's and Docker's defaults: kernel
+// state in /proc and /sys that leaks host information or allows changing it.
+var (
+	maskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+		"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+	}
+	readonlyPaths = []string{
+		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+	}
+)
+
+// allowedDevices are the only device nodes the sandbox may open (the
+// device cgroup denies every other): the standard safe set.
+var allowedDevices = []struct {
+	major, minor int64 // minor -1 = any
+}{
+	{1, 3}, {1, 5}, {1, 7}, {1, 8}, {1, 9}, // null, zero, full, random, urandom
+	{5, 0}, {5, 2}, // tty, ptmx
+	{136, -1}, // pts
+}
+
+// bundleParams is what buildSpec needs besides the driver spec.
+type bundleParams struct {
+	Spec      driver.Spec
+	Rootfs    string // merged overlay
+	AgentPath string // host path of the agent binary
+	RunDir    string // host dir bind-mounted at runMountPath
+	UIDBase   uint32
+	IDCount   uint32
+	Cgroup    string // cgroupsPath, "/airlock/<id>"
+	SysDir    string // host sysfs of a joined network namespace, "" for a fresh one
+}
+
+// buildSpec returns the OCI runtime spec of one sandbox.
+func buildSpec(p bundleParams) (*specs.Spec, error) {
+	res := withDefaults(p.Spec.Resources)
+	hostname := p.Spec.Hostname
+	if hostname == "" {
+		hostname = "sandbox"
+	}
+	mem := res.MemoryMB << 20
+	quota := int64(res.CPU * cpuPeriod)
+	period := uint64(cpuPeriod)
+	pids := res.PIDs
+	devs := []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}
+	for _, d := range allowedDevices {
+		major := d.major
+		var minor *int64
+		if d.minor >= 0 {
+			m := d.minor
+			minor = &m
+		}
+		devs = append(devs, specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &major, Minor: minor, Access: "rwm"})
+	}
+	netns := specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: p.Spec.NetNSPath}
+
+	s := &specs.Spec{
+		Version:  specs.Version,
+		Hostname: hostname,
+		Root:     &specs.Root{Path: p.Rootfs},
+		Process: &specs.Process{
+			User: specs.User{UID: 0, GID: 0},
+			Args: []string{agentMountPath, "--listen", "unix:" + runMountPath + "/" + agentSockName},
+			Env:  []string{sandboxPath},
+			Cwd:  "/",
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: capabilities, Effective: capabilities, Permitted: capabilities,
+			},
+			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile(), Soft: nofile()}},
+			NoNewPrivileges: true,
+		},
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=" + shmSize}},
+			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+			sysMount(p.SysDir),
+			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+			{Destination: agentMountPath, Type: "bind", Source: p.AgentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+			{Destination: runMountPath, Type: "bind", Source: p.RunDir, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
+		},
+		Linux: &specs.Linux{
+			UIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: p.UIDBase, Size: p.IDCount}},
+			GIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: p.UIDBase, Size: p.IDCount}},
+			CgroupsPath: p.Cgroup,
+			Resources: &specs.LinuxResources{
+				Devices: devs,
+				Memory:  &specs.LinuxMemory{Limit: &mem, Swap: &mem},
+				CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
+				Pids:    &specs.LinuxPids{Limit: &pids},
+			},
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace}, {Type: specs.CgroupNamespace}, {Type: specs.UserNamespace},
+				netns,
+			},
+			MaskedPaths:   maskedPaths,
+			ReadonlyPaths: readonlyPaths,
+		},
+		Annotations: map[string]string{"io.airlock.sandbox.id": p.Spec.ID},
+	}
+	sc, err := seccompProfile(s)
+	if err != nil {
+		return nil, err
+	}
+	s.Linux.Seccomp = sc
+	return s, nil
+}
+
+// nofile is maxNofile or the daemon's hard open file limit if lower.
+func nofile() uint64 {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil && rl.Max < maxNofile {
+		return rl.Max
+	}
+	return maxNofile
+}
+
+// sysMount is /sys, read-only. With a joined network namespace it is a bind
+// of the sysfs the daemon mounted for that namespace at sysDir (see
+// mountNetnsSysfs); otherwise runc mounts a fresh one.
+func sysMount(sysDir string) specs.Mount {
+	if sysDir != "" {
+		return specs.Mount{Destination: "/sys", Type: "bind", Source: sysDir, Options: []string{"bind", "ro", "nosuid", "noexec", "nodev"}}
+	}
+	return specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}}
+}
+
+// writeSpec writes s as dir/config.json, atomically.
+func writeSpec(dir string, s *specs.Spec) error {
+	b, err := json.MarshalIndent(s, "", "\t")
+	if err != nil {
+		return fmt.Errorf("encoding runtime spec: %w", err)
+	}
+	return writeFileAtomic(filepath.Join(dir, "config.json"), b, 0o600)
+}
+
+// writeFileAtomic replaces path with data so readers never see half a file.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,909 @@
+// Package runc is the default airlock driver: each sandbox is an OCI bundle run by Debian's runc, in its own user, pid, mount, ipc, uts, cgroup and network namespaces, with seccomp, dropped capabilities, cgroup limits and a quota'd overlay root.
+//
+// Layout under Config.DataDir:
+//
+//	bin/airlock-agent       copy of the agent, bind-mounted read-only into sandboxes
+//	runc/                   runc's state (--root)
+//	slots/<n>               uid range n is taken by the sandbox id written in it
+//	sandboxes/<id>/         one sandbox: config.json (the bundle), state.json,
+//	                        rootfs/ and storage/ (internal/storage), run/ (the
+//	                        agent's socket dir), agent.log, runc.log, init.pid
+//
+// Every directory a sandbox's user namespace must cross (data dir, sandboxes/,
+// the sandbox dir, bin/) is searchable by others: root inside the sandbox is
+// an unprivileged uid on the host and could not reach its rootfs otherwise.
+package runc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/cgroups"
+	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/reaper"
+	"github.com/airlockhq/airlock/internal/storage"
+)
+
+// Name is the runtime name of this driver.
+const Name = "runc"
+
+var (
+	_ driver.Driver = (*Driver)(nil)
+	_ driver.Pauser = (*Driver)(nil)
+	_ driver.Stater = (*Driver)(nil)
+)
+
+// Config configures the runc driver. Zero fields take the documented defaults.
+type Config struct {
+	// DataDir holds sandboxes and runc state. Required.
+	DataDir string
+	// AgentPath is the host path of the static airlock-agent binary.
+	AgentPath string
+	// RuncPath is the runc binary; default "runc" on PATH, else /usr/sbin/runc.
+	RuncPath string
+	// CgroupParent is the cgroup under which sandboxes live; default "airlock".
+	CgroupParent string
+	// UIDRangeStart is the first host uid handed to sandboxes; default 1<<20,
+	// well above real host users.
+	UIDRangeStart uint32
+	// IDCount is the size of each sandbox's uid/gid range; default 65536.
+	IDCount uint32
+	// MaxSandboxes is the number of uid ranges, so of concurrent sandboxes;
+	// default 1024.
+	MaxSandboxes int
+	// Logger receives the driver's logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Timeouts of the driver's own waits.
+const (
+	// killWait bounds the wait for a killed init to be gone: SIGKILL of a
+	// whole cgroup takes milliseconds, but a huge sandbox unmapping gigabytes
+	// of memory can take a few seconds.
+	killWait = 10 * time.Second
+	// cleanupTimeout bounds teardown and rollback that run detached from the
+	// caller's context.
+	cleanupTimeout = 60 * time.Second
+	// agentLogMax bounds agent.log: the agent logs its own troubles, never
+	// sandbox output, so a log above this is noise and is truncated.
+	agentLogMax = 1 << 20
+	// logCheckEvery is how often agent logs are checked against agentLogMax.
+	logCheckEvery = 30 * time.Second
+	// oomScoreAdj is the agent's: the kernel kills user code (the agent raises
+	// its children to 500) long before the sandbox's only way in.
+	oomScoreAdj = -998
+)
+
+// Driver runs sandboxes with runc. Create one per data dir with New.
+type Driver struct {
+	cfg       Config
+	log       *slog.Logger
+	runc      *runcCLI
+	slots     *slots
+	agentPath string // copy of cfg.AgentPath in the data dir, "" if none
+	agentErr  error  // why there is no agent
+	sbxRoot   string
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox
+
+	oomWarn  sync.Once
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// sandbox is the in-memory record of one sandbox this driver instance started
+// or recovered.
+type sandbox struct {
+	id   string
+	proc *reaper.Process // watch of the current init, nil if none
+}
+
+// validID matches the ids Spec promises: safe as a file and cgroup name.
+var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// New returns a driver rooted at cfg.DataDir, creating its directories.
+func New(cfg Config) (*Driver, error) {
+	if cfg.DataDir == "" || !filepath.IsAbs(cfg.DataDir) {
+		return nil, errdefs.Wrap(errdefs.ErrInvalidArgument, "runc data dir %q must be an absolute path", cfg.DataDir)
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "airlock"
+	}
+	if cfg.UIDRangeStart == 0 {
+		cfg.UIDRangeStart = 1 << 20
+	}
+	if cfg.IDCount == 0 {
+		cfg.IDCount = 65536
+	}
+	if cfg.MaxSandboxes <= 0 {
+		cfg.MaxSandboxes = 1024
+	}
+	if uint64(cfg.UIDRangeStart)+uint64(cfg.MaxSandboxes)*uint64(cfg.IDCount) > 1<<32-1 {
+		return nil, errdefs.Wrap(errdefs.ErrInvalidArgument, "uid ranges exceed 32 bits")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.RuncPath == "" {
+		cfg.RuncPath = "runc"
+	}
+	if !strings.Contains(cfg.RuncPath, "/") {
+		if p, err := exec.LookPath(cfg.RuncPath); err == nil {
+			cfg.RuncPath = p
+		} else {
+			cfg.RuncPath = "/usr/sbin/runc"
+		}
+	}
+	d := &Driver{
+		cfg:       cfg,
+		log:       cfg.Logger.With("driver", Name),
+		runc:      &runcCLI{path: cfg.RuncPath, root: filepath.Join(cfg.DataDir, "runc")},
+		sbxRoot:   filepath.Join(cfg.DataDir, "sandboxes"),
+		sandboxes: map[string]*sandbox{},
+		stop:      make(chan struct{}),
+	}
+	for _, dir := range []struct {
+		path string
+		mode os.FileMode
+	}{{cfg.DataDir, 0o711}, {d.sbxRoot, 0o711}, {d.runc.root, 0o700}, {filepath.Join(cfg.DataDir, "bin"), 0o711}} {
+		if err := os.MkdirAll(dir.path, dir.mode); err != nil {
+			return nil, fmt.Errorf("creating %s: %w", dir.path, err)
+		}
+	}
+	for _, dir := range []string{d.sbxRoot, filepath.Join(cfg.DataDir, "bin")} {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return nil, err
+		}
+	}
+	if err := searchable(d.sbxRoot); err != nil {
+		return nil, err
+	}
+	s, err := newSlots(filepath.Join(cfg.DataDir, "slots"), cfg.MaxSandboxes)
+	if err != nil {
+		return nil, err
+	}
+	d.slots = s
+	if err := d.ensureCgroupParent(); err != nil {
+		return nil, err
+	}
+	d.agentPath, d.agentErr = installAgent(cfg.AgentPath, filepath.Join(cfg.DataDir, "bin", "airlock-agent"))
+	if d.agentErr != nil {
+		d.log.Warn("no usable agent binary", "path", cfg.AgentPath, "err", d.agentErr)
+	}
+	d.wg.Add(1)
+	go d.logJanitor()
+	return d, nil
+}
+
+// Close stops the driver's background work. Sandboxes keep running: a new
+// driver on the same data dir recovers them.
+func (d *Driver) Close() error {
+	d.stopOnce.Do(func() { close(d.stop) })
+	d.wg.Wait()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id, s := range d.sandboxes {
+		if s.proc != nil {
+			s.proc.Close()
+		}
+		delete(d.sandboxes, id)
+	}
+	return nil
+}
+
+// ensureCgroupParent creates the parent cgroup of all sandboxes in every
+// hierarchy. It stays for the daemon's lifetime (like Docker's /docker):
+// removing it when the last sandbox goes would race with runc creating the
+// next one below it.
+func (d *Driver) ensureCgroupParent() error {
+	h, err := cgroups.Load()
+	if err != nil {
+		return err
+	}
+	for _, dir := range h.Group(d.cfg.CgroupParent).Dirs() {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("creating cgroup parent: %w", err)
+		}
+	}
+	return nil
+}
+
+// searchable checks that every directory from / down to dir lets others
+// search it: the sandbox's root is a host uid without any privilege here.
+func searchable(dir string) error {
+	for p := dir; ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return errdefs.Wrap(errdefs.ErrInvalidArgument,
+				"%s is not searchable by others (mode %v): sandboxes could not reach their root", p, fi.Mode().Perm())
+		}
+		if p == "/" {
+			return nil
+		}
+	}
+}
+
+// installAgent copies the agent binary into the data dir (mode 0755) by an
+// atomic rename: running sandboxes keep the inode they bind-mounted, so an
+// upgrade never changes a binary under a running agent, and the copy is
+// reachable by sandbox uids wherever the original lives.
+func installAgent(src, dst string) (string, error) {
+	if src == "" {
+		return "", errors.New("no agent path configured")
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".agent-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = io.Copy(tmp, in)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o755)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst)
+	}
+	if err != nil {
+		return "", fmt.Errorf("installing agent: %w", err)
+	}
+	return dst, nil
+}
+
+// Name is "runc".
+func (d *Driver) Name() string { return Name }
+
+// Capabilities of runc: container isolation, freezer pause, a disk quota
+// through the loop-mounted writable layer; no memory snapshots (no CRIU).
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{
+		Isolation:    driver.IsolationContainer,
+		Pause:        true,
+		DiskQuota:    true,
+		NetworkModes: []driver.NetworkMode{driver.NetworkNone, driver.NetworkAllowlist, driver.NetworkOpen},
+	}
+}
+
+func (d *Driver) dir(id string) string { return filepath.Join(d.sbxRoot, id) }
+
+func (d *Driver) cgroupPath(id string) string { return "/" + d.cfg.CgroupParent + "/" + id }
+
+func (d *Driver) logger(ctx context.Context, id string) *slog.Logger {
+	return d.log.With("sandbox_id", id)
+}
+
+func checkID(id string) error {
+	if !validID.MatchString(id) {
+		return errdefs.Wrap(errdefs.ErrInvalidArgument, "invalid sandbox id %q", id)
+	}
+	return nil
+}
+
+// Create allocates a uid range, prepares the sandbox's storage and writes its
+// bundle. Nothing runs yet; on error nothing is left behind.
+func (d *Driver) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle, retErr error) {
+	if err := checkID(spec.ID); err != nil {
+		return nil, err
+	}
+	if d.agentErr != nil {
+		return nil, errdefs.Wrap(errdefs.ErrRuntimeUnavailable, "runc driver has no agent binary")
+	}
+	if len(spec.Template.Layers) == 0 {
+		return nil, errdefs.Wrap(errdefs.ErrInvalidArgument, "template %q has no layers", spec.Template.Name)
+	}
+	res := withDefaults(spec.Resources)
+	log := d.logger(ctx, spec.ID)
+	dir := d.dir(spec.ID)
+
+	// Everything made below is undone if a later step fails; the rollback
+	// runs on a context the caller cannot cancel.
+	var undo []func(context.Context)
+	defer func() {
+		if retErr == nil {
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i](cctx)
+		}
+	}()
+
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, errdefs.Wrap(errdefs.ErrAlreadyExists, "sandbox %s", spec.ID)
+		}
+		return nil, fmt.Errorf("creating sandbox dir: %w", err)
+	}
+	undo = append(undo, func(context.Context) { os.RemoveAll(dir) })
+	// The mode is set again: the umask may have cut the search bit.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return nil, err
+	}
+	slot, err := d.slots.alloc(spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func(context.Context) { d.slots.free(slot, spec.ID) })
+	st := &sandboxState{
+		ID: spec.ID, Slot: slot, UIDBase: d.cfg.UIDRangeStart + uint32(slot)*d.cfg.IDCount,
+		IDCount: d.cfg.IDCount, Dir: dir, Cgroup: d.cgroupPath(spec.ID),
+	}
+	runDir := filepath.Join(dir, "run")
+	if err := os.Mkdir(runDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating agent run dir: %w", err)
+	}
+	if err := os.Chown(runDir, int(st.UIDBase), int(st.UIDBase)); err != nil {
+		return nil, fmt.Errorf("creating agent run dir: %w", err)
+	}
+	if err := st.save(); err != nil {
+		return nil, err
+	}
+	rootfs, err := storage.Setup(ctx, storage.Options{
+		Dir: dir, Layers: spec.Template.Layers, UIDBase: st.UIDBase, IDCount: st.IDCount,
+		SizeMB: res.DiskMB, Tmpfs: res.DiskTmpfs,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("preparing sandbox storage: %w", err)
+	}
+	undo = append(undo, func(ctx context.Context) {
+		if err := storage.TeardownDir(ctx, dir); err != nil {
+			log.Error("rolling back sandbox storage", "err", err)
+		}
+	})
+	var sysDir string
+	if spec.NetNSPath != "" {
+		// Rolled back by the storage teardown above: it unmounts every
+		// mount under the sandbox dir.
+		sysDir = filepath.Join(dir, sysDirName)
+		if err := mountNetnsSysfs(spec.NetNSPath, sysDir); err != nil {
+			return nil, err
+		}
+	}
+	spec.Resources = res
+	s, err := buildSpec(bundleParams{
+		Spec: spec, Rootfs: rootfs.Path(), AgentPath: d.agentPath, RunDir: runDir,
+		UIDBase: st.UIDBase, IDCount: st.IDCount, Cgroup: st.Cgroup, SysDir: sysDir,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := writeSpec(dir, s); err != nil {
+		return nil, fmt.Errorf("writing bundle: %w", err)
+	}
+	h, err := st.handle()
+	if err != nil {
+		return nil, err
+	}
+	log.Debug("sandbox created", "slot", slot, "uid_base", st.UIDBase)
+	return h, nil
+}
+
+// Start runs the sandbox's init (the agent) detached and returns once it
+// runs; the agent may not listen yet (DialAgent waits).
+func (d *Driver) Start(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	st, err := loadState(d.dir(id))
+	if err != nil {
+		return fmt.Errorf("starting sandbox %s: %w", id, err)
+	}
+	log := d.logger(ctx, id)
+	if cs, err := d.runc.state(ctx, id); err == nil {
+		switch cs.Status {
+		case "running", "paused", "created", "creating":
+			return errdefs.Wrap(errdefs.ErrInvalidState, "sandbox %s is %s", id, cs.Status)
+		}
+		// A stopped container keeps its id in runc until deleted.
+		if err := d.runc.delete(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return err
+	}
+	dir := st.Dir
+	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("opening agent log: %w", err)
+	}
+	defer logf.Close()
+	pidFile := filepath.Join(dir, "init.pid")
+	os.Remove(pidFile)
+	if err := d.runc.run(ctx, id, dir, pidFile, filepath.Join(dir, "runc.log"), logf); err != nil {
+		// runc may leave a container record behind on failure.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		d.runc.delete(cctx, id)
+		return fmt.Errorf("starting sandbox %s: %w", id, err)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return fmt.Errorf("reading init pid: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return fmt.Errorf("bad init pid %q", b)
+	}
+	d.watch(id, pid)
+	// Lowering a score needs CAP_SYS_RESOURCE in the host's namespace, which
+	// only the daemon has.
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte(strconv.Itoa(oomScoreAdj)), 0); err != nil {
+		// Without CAP_SYS_RESOURCE (some CI containers) this fails for
+		// every sandbox: say so once.
+		d.oomWarn.Do(func() { log.Warn("cannot lower agent oom score; the OOM killer may pick the agent", "err", err) })
+	}
+	st.Started, st.Pid = true, pid
+	if err := st.save(); err != nil {
+		return err
+	}
+	log.Debug("sandbox started", "pid", pid)
+	return nil
+}
+
+// watch records pid as the init of id and reaps it when it ends.
+func (d *Driver) watch(id string, pid int) {
+	p, err := reaper.Watch(pid)
+	if err != nil {
+		d.log.Warn("watching sandbox init", "sandbox_id", id, "pid", pid, "err", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.sandboxes[id]
+	if s == nil {
+		s = &sandbox{id: id}
+		d.sandboxes[id] = s
+	}
+	if s.proc != nil && s.proc != p {
+		s.proc.Close()
+	}
+	s.proc = p
+}
+
+// proc returns the watch of id's init, nil if none.
+func (d *Driver) proc(id string) *reaper.Process {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s := d.sandboxes[id]; s != nil {
+		return s.proc
+	}
+	return nil
+}
+
+// forget drops the in-memory record of id.
+func (d *Driver) forget(id string) {
+	d.mu.Lock()
+	s := d.sandboxes[id]
+	delete(d.sandboxes, id)
+	d.mu.Unlock()
+	if s != nil && s.proc != nil {
+		s.proc.Close()
+	}
+}
+
+// waitInit waits until id's init (pid) is gone or ctx is done, reaping it
+// if it is our child.
+func (d *Driver) waitInit(ctx context.Context, id string, pid int) error {
+	p := d.proc(id)
+	if p == nil || (pid != 0 && p.Pid() != pid) {
+		if pid <= 0 {
+			return nil
+		}
+		d.watch(id, pid)
+		if p = d.proc(id); p == nil {
+			return nil // already gone
+		}
+	}
+	select {
+	case <-p.Done():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for sandbox %s init to end: %w", id, ctx.Err())
+	}
+}
+
+// Stop sends SIGTERM to init, waits up to timeout and then kills every
+// process of the sandbox. Storage is kept.
+func (d *Driver) Stop(ctx context.Context, id string, timeout time.Duration) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if _, err := loadState(d.dir(id)); err != nil {
+		return fmt.Errorf("stopping sandbox %s: %w", id, err)
+	}
+	cs, err := d.runc.state(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil // never started
+	}
+	if err != nil {
+		return err
+	}
+	if cs.Status == "stopped" {
+		return nil
+	}
+	if cs.Status == "paused" {
+		// Frozen tasks cannot act on SIGTERM, and on cgroup v1 not even die.
+		if err := d.runc.resume(ctx, id); err != nil {
+			return err
+		}
+	}
+	if timeout > 0 {
+		if err := d.runc.kill(ctx, id, "TERM", false); err == nil {
+			wctx, cancel := context.WithTimeout(ctx, timeout)
+			d.waitInit(wctx, id, cs.Pid)
+			cancel()
+		}
+	}
+	return d.killAll(ctx, id, cs.Pid)
+}
+
+// killAll SIGKILLs every process of the sandbox and waits for init to go.
+func (d *Driver) killAll(ctx context.Context, id string, pid int) error {
+	if err := d.runc.kill(ctx, id, "KILL", true); err != nil &&
+		!errdefs.IsNotFound(err) && !errors.Is(err, errdefs.ErrInvalidState) {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, killWait)
+	defer cancel()
+	return d.waitInit(wctx, id, pid)
+}
+
+// Destroy kills every process and removes the sandbox's cgroups, mounts, loop
+// devices and files, and frees its uid range. It is idempotent and works from
+// the data dir alone: after a daemon restart or on a half-created sandbox.
+func (d *Driver) Destroy(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	log := d.logger(ctx, id)
+	dir := d.dir(id)
+	st, err := loadState(dir)
+	if err != nil && !errdefs.IsNotFound(err) {
+		log.Warn("destroy: unreadable state, cleaning by id", "err", err)
+	}
+	var errs []error
+	if cs, err := d.runc.state(ctx, id); err == nil {
+		if cs.Status == "paused" {
+			if err := d.runc.resume(ctx, id); err != nil {
+				log.Warn("destroy: thawing", "err", err)
+			}
+		}
+		if cs.Status != "stopped" {
+			if err := d.killAll(ctx, id, cs.Pid); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := d.runc.delete(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	} else if !errdefs.IsNotFound(err) {
+		errs = append(errs, err)
+	} else if st != nil && st.Pid > 0 {
+		// runc forgot it but we may still hold its zombie.
+		wctx, wcancel := context.WithTimeout(ctx, killWait)
+		d.waitInit(wctx, id, 0)
+		wcancel()
+	}
+	d.forget(id)
+	// runc leaves empty cgroup directories behind in every hierarchy.
+	if h, err := cgroups.Load(); err == nil {
+		if err := h.Group(d.cgroupPath(id)).Remove(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := storage.TeardownDir(ctx, dir); err != nil {
+		errs = append(errs, fmt.Errorf("tearing down storage: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		// Files stay until the mounts are gone: removing them through a
+		// live mount could delete what is below it.
+		return fmt.Errorf("destroying sandbox %s: %w", id, err)
+	}
+	if err := removeSandboxDir(dir); err != nil {
+		return fmt.Errorf("destroying sandbox %s: %w", id, err)
+	}
+	slot := -1
+	if st != nil {
+		slot = st.Slot
+	} else {
+		slot = d.slots.find(id)
+	}
+	if err := d.slots.free(slot, id); err != nil {
+		return err
+	}
+	log.Debug("sandbox destroyed")
+	return nil
+}
+
+// removeSandboxDir removes dir after checking that nothing is mounted at or
+// below it.
+func removeSandboxDir(dir string) error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			return fmt.Errorf("%s is still mounted", f[4])
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing sandbox dir: %w", err)
+	}
+	return nil
+}
+
+// Recover re-adopts a sandbox an earlier daemon started: its init is watched
+// again. It returns an error wrapping errdefs.ErrNotFound if the sandbox is
+// gone (not running or paused); the caller then destroys it.
+func (d *Driver) Recover(ctx context.Context, h *driver.Handle) error {
+	if h == nil {
+		return errdefs.Wrap(errdefs.ErrInvalidArgument, "nil handle")
+	}
+	if h.Driver != "" && h.Driver != Name {
+		return errdefs.Wrap(errdefs.ErrInvalidArgument, "handle of driver %q", h.Driver)
+	}
+	if err := checkID(h.ID); err != nil {
+		return err
+	}
+	st, err := loadState(d.dir(h.ID))
+	if err != nil {
+		return fmt.Errorf("recovering sandbox %s: %w", h.ID, err)
+	}
+	cs, err := d.runc.state(ctx, h.ID)
+	if err != nil {
+		return fmt.Errorf("recovering sandbox %s: %w", h.ID, err)
+	}
+	switch cs.Status {
+	case "running", "paused":
+	default:
+		return errdefs.Wrap(errdefs.ErrNotFound, "sandbox %s is %s", h.ID, cs.Status)
+	}
+	d.watch(h.ID, cs.Pid)
+	if p := d.proc(h.ID); p == nil {
+		return errdefs.Wrap(errdefs.ErrNotFound, "sandbox %s init is gone", h.ID)
+	}
+	if st.Pid != cs.Pid {
+		st.Pid = cs.Pid
+		if err := st.save(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Inspect reports runc's view of the sandbox, its OOM kills and, once init
+// ended, how.
+func (d *Driver) Inspect(ctx context.Context, id string) (driver.Status, error) {
+	if err := checkID(id); err != nil {
+		return driver.Status{}, err
+	}
+	st, err := loadState(d.dir(id))
+	if err != nil {
+		return driver.Status{}, fmt.Errorf("inspecting sandbox %s: %w", id, err)
+	}
+	d.capLog(st.Dir)
+	var status driver.Status
+	cs, err := d.runc.state(ctx, id)
+	switch {
+	case err == nil:
+		status.Pid = cs.Pid
+		switch cs.Status {
+		case "running":
+			status.State = driver.StateRunning
+		case "paused":
+			status.State = driver.StatePaused
+		case "created", "creating":
+			status.State = driver.StateCreated
+		case "stopped":
+			status.State = driver.StateStopped
+			status.Pid = 0
+		default:
+			status.State = driver.StateUnknown
+		}
+	case errdefs.IsNotFound(err):
+		if st.Started {
+			status.State = driver.StateUnknown
+		} else {
+			status.State = driver.StateCreated
+		}
+	default:
+		return driver.Status{}, err
+	}
+	if h, err := cgroups.Load(); err == nil {
+		if n, err := h.Group(st.Cgroup).OOMKills(); err == nil {
+			status.OOMKills = n
+		}
+	}
+	if p := d.proc(id); p != nil {
+		if e, ok := p.Exit(); ok {
+			if status.State == driver.StateRunning || status.State == driver.StatePaused {
+				// runc may not have noticed yet; the reaper has.
+				status.State, status.Pid = driver.StateStopped, 0
+			}
+			if e.Known {
+				status.ExitCode = e.Code
+				if e.Signal != 0 {
+					status.ExitSignal = unix.SignalName(e.Signal)
+				}
+			}
+		}
+	}
+	return status, nil
+}
+
+// dialRetry is the pause between connection attempts while the agent starts:
+// it listens a few milliseconds after init runs.
+const dialRetry = 2 * time.Millisecond
+
+// DialAgent connects to the agent's unix socket, retrying until ctx is done.
+// It fails early if the sandbox's init has ended.
+func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	runDir := filepath.Join(d.dir(id), "run")
+	if _, err := os.Stat(runDir); err != nil {
+		return nil, errdefs.Wrap(errdefs.ErrNotFound, "sandbox %s", id)
+	}
+	wait := dialRetry
+	for {
+		conn, err := dialUnix(ctx, runDir, agentSockName)
+		if err == nil {
+			return conn, nil
+		}
+		if p := d.proc(id); p != nil {
+			select {
+			case <-p.Done():
+				return nil, errdefs.Wrap(errdefs.ErrUnavailable, "sandbox %s agent: init has ended", id)
+			default:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: connecting to sandbox %s agent: %v (%v)", errdefs.ErrUnavailable, id, ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		if wait < 50*time.Millisecond {
+			wait *= 2
+		}
+	}
+}
+
+// dialUnix connects to dir/name. A sockaddr holds at most 107 bytes of path,
+// so a long one is reached through /proc/self/fd of the open directory.
+func dialUnix(ctx context.Context, dir, name string) (net.Conn, error) {
+	var dialer net.Dialer
+	path := filepath.Join(dir, name)
+	if len(path) < 100 {
+		return dialer.DialContext(ctx, "unix", path)
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return dialer.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, name))
+}
+
+// Pause freezes every process of the sandbox (cgroup freezer).
+func (d *Driver) Pause(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if err := d.runc.pause(ctx, id); err != nil {
+		return fmt.Errorf("pausing sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// Resume thaws a paused sandbox.
+func (d *Driver) Resume(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if err := d.runc.resume(ctx, id); err != nil {
+		return fmt.Errorf("resuming sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// Stats samples the sandbox's cgroup counters and disk use.
+func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
+	if err := checkID(id); err != nil {
+		return driver.Stats{}, err
+	}
+	st, err := loadState(d.dir(id))
+	if err != nil {
+		return driver.Stats{}, fmt.Errorf("sandbox %s stats: %w", id, err)
+	}
+	var s driver.Stats
+	h, err := cgroups.Load()
+	if err != nil {
+		return s, err
+	}
+	g := h.Group(st.Cgroup)
+	if g.Exists() {
+		cpu, err := g.CPUUsage()
+		if err != nil {
+			return s, fmt.Errorf("sandbox %s stats: %w", id, err)
+		}
+		s.CPUSeconds = cpu.Seconds()
+		if s.MemoryBytes, s.MemoryPeakBytes, err = g.Memory(); err != nil {
+			return s, fmt.Errorf("sandbox %s stats: %w", id, err)
+		}
+		if s.PIDs, err = g.PIDs(); err != nil {
+			return s, fmt.Errorf("sandbox %s stats: %w", id, err)
+		}
+		if s.OOMKills, err = g.OOMKills(); err != nil {
+			return s, fmt.Errorf("sandbox %s stats: %w", id, err)
+		}
+	}
+	if s.DiskBytes, s.DiskWrittenBytes, err = storage.Usage(st.Dir); err != nil {
+		return s, fmt.Errorf("sandbox %s disk usage: %w", id, err)
+	}
+	return s, nil
+}
+
+// logJanitor keeps every agent.log under agentLogMax.
+func (d *Driver) logJanitor() {
+	defer d.wg.Done()
+	t := time.NewTicker(logCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+			ents, err := os.ReadDir(d.sbxRoot)
+			if err != nil {
+				continue
+			}
+			for _, e := range ents {
+				d.capLog(filepath.Join(d.sbxRoot, e.Name()))
+			}
+		}
+	}
+}
+
+// capLog truncates dir/agent.log once it exceeds agentLogMax. The agent
+// writes with O_APPEND, so its next line lands at the new end.
+func (d *Driver) capLog(dir string) {
+	p := filepath.Join(dir, "agent.log")
+	if fi, err := os.Stat(p); err == nil && fi.Size() > agentLogMax {
+		if err := os.Truncate(p, 0); err == nil {
+			d.log.Info("agent log truncated", "path", p, "size", fi.Size())
+		}
+	}
+}

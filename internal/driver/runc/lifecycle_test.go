@@ -1,0 +1,228 @@
+package runc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/agentclient"
+	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/reaper"
+)
+
+// started creates and starts a sandbox with spec's fields and returns a
+// connected client; both are cleaned up at the end of t.
+func started(t *testing.T, d *Driver, spec driver.Spec) *agentclient.Client {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := d.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Destroy(context.Background(), spec.ID); err != nil {
+			t.Errorf("Destroy: %v", err)
+		}
+	})
+	if err := d.Start(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := d.DialAgent(dctx, spec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := agentclient.New(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// output runs shell as root and returns its stdout.
+func output(t *testing.T, c *agentclient.Client, shell string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := c.Exec(ctx, agentproto.ExecRequest{ID: "ex_" + strconv.FormatInt(time.Now().UnixNano(), 36), Shell: shell, User: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var out strings.Builder
+	for {
+		ev, err := st.Next()
+		if errors.Is(err, io.EOF) {
+			return out.String()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == agentproto.EventOutput && ev.Stream == agentproto.StreamStdout {
+			out.Write(ev.Data)
+		}
+	}
+}
+
+// TestInitExitStatus: once the agent dies, Inspect says stopped and, with
+// the daemon as subreaper, how it died.
+func TestInitExitStatus(t *testing.T) {
+	requireHost(t)
+	tmpl := baseTemplate(t)
+	d := newDriver(t, newDataDir(t))
+	id := "sbx_exit" + strconv.Itoa(os.Getpid())
+	started(t, d, driver.Spec{ID: id, Template: tmpl})
+	ctx := context.Background()
+	st, err := d.Inspect(ctx, id)
+	if err != nil || st.State != driver.StateRunning || st.Pid == 0 {
+		t.Fatalf("Inspect = %+v, %v", st, err)
+	}
+	if err := unix.Kill(st.Pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.proc(id).Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("init not reaped")
+	}
+	st, err = d.Inspect(ctx, id)
+	if err != nil || st.State != driver.StateStopped || st.Pid != 0 {
+		t.Fatalf("Inspect after kill = %+v, %v", st, err)
+	}
+	if st.ExitSignal != "SIGKILL" {
+		t.Errorf("ExitSignal = %q, want SIGKILL", st.ExitSignal)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := d.DialAgent(dctx, id); err == nil {
+		t.Error("DialAgent to a dead sandbox succeeded")
+	}
+}
+
+// TestWithoutSubreaper: without a subreaper the init is reparented to the
+// host's PID 1; everything still works and Destroy leaves no process.
+func TestWithoutSubreaper(t *testing.T) {
+	requireHost(t)
+	tmpl := baseTemplate(t)
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reaper.Enable() })
+	d := newDriver(t, newDataDir(t))
+	id := "sbx_noreaper" + strconv.Itoa(os.Getpid())
+	c := started(t, d, driver.Spec{ID: id, Template: tmpl})
+	if out := output(t, c, "echo ok"); out != "ok\n" {
+		t.Fatalf("echo printed %q", out)
+	}
+	st, err := d.Inspect(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := d.Destroy(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	// The host's PID 1 (or another subreaper above us) reaps it in its own
+	// time: a zombie is dead enough.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(st.Pid) + "/stat")
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("init %d alive after Destroy: %s", st.Pid, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestJoinNetNS: a sandbox joins a network namespace the caller prepared.
+func TestJoinNetNS(t *testing.T) {
+	requireHost(t)
+	ip := "ip"
+	if _, err := exec.LookPath(ip); err != nil {
+		t.Skip("requires iproute2")
+	}
+	tmpl := baseTemplate(t)
+	name := "airlock-runc-test-" + strconv.Itoa(os.Getpid())
+	if out, err := exec.Command(ip, "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command(ip, "netns", "del", name).Run() })
+	if out, err := exec.Command(ip, "-n", name, "link", "add", "airlockdummy0", "type", "veth", "peer", "name", "airlockdummy1").CombinedOutput(); err != nil {
+		t.Skipf("no veth interfaces: %v: %s", err, out)
+	}
+	d := newDriver(t, newDataDir(t))
+	c := started(t, d, driver.Spec{ID: "sbx_netns" + strconv.Itoa(os.Getpid()), Template: tmpl, NetNSPath: filepath.Join("/run/netns", name)})
+	out := output(t, c, "cat /proc/net/dev; ls /sys/class/net")
+	if strings.Count(out, "airlockdummy") != 4 {
+		t.Fatalf("the sandbox does not see the namespace's interfaces in /proc and /sys:\n%s", out)
+	}
+	// /sys shows the joined namespace, not the host's interfaces.
+	host, _ := os.ReadDir("/sys/class/net")
+	for _, e := range host {
+		if e.Name() != "lo" && strings.Contains(out, e.Name()+"\n") {
+			t.Errorf("the sandbox sees host interface %s", e.Name())
+		}
+	}
+}
+
+// TestOwnNetNS: without NetNSPath a sandbox has loopback only, and it is up.
+func TestOwnNetNS(t *testing.T) {
+	requireHost(t)
+	tmpl := baseTemplate(t)
+	d := newDriver(t, newDataDir(t))
+	c := started(t, d, driver.Spec{ID: "sbx_ownnet" + strconv.Itoa(os.Getpid()), Template: tmpl})
+	out := output(t, c, "ls /sys/class/net; cat /sys/class/net/lo/operstate /sys/class/net/lo/flags")
+	f := strings.Fields(out)
+	if len(f) != 3 || f[0] != "lo" {
+		t.Fatalf("interfaces: %q, want lo only", out)
+	}
+	if flags, _ := strconv.ParseUint(strings.TrimPrefix(f[2], "0x"), 16, 32); flags&unix.IFF_UP == 0 {
+		t.Errorf("lo is down: flags %s", f[2])
+	}
+}
+
+// TestSandboxHardening checks from inside what the spec promises: seccomp
+// on, no new privileges, the capability set, masked /proc files, and only
+// PATH in the agent's environment.
+func TestSandboxHardening(t *testing.T) {
+	requireHost(t)
+	tmpl := baseTemplate(t)
+	d := newDriver(t, newDataDir(t))
+	t.Setenv("AIRLOCK_SECRET_TEST_VAR", "leak")
+	c := started(t, d, driver.Spec{ID: "sbx_hard" + strconv.Itoa(os.Getpid()), Template: tmpl})
+	status := output(t, c, "grep -E '^(Seccomp|NoNewPrivs|CapEff|CapBnd|CapAmb):' /proc/1/status")
+	for _, want := range []string{"Seccomp:\t2", "NoNewPrivs:\t1", "CapEff:\t00000000200405fb", "CapBnd:\t00000000200405fb", "CapAmb:\t0000000000000000"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("agent status lacks %q:\n%s", want, status)
+		}
+	}
+	// runc adds HOME from the sandbox's passwd; nothing of the daemon's.
+	env := output(t, c, "tr '\\0' '\\n' < /proc/1/environ")
+	if !strings.Contains(env, sandboxPath+"\n") || strings.Contains(env, "AIRLOCK_SECRET_TEST_VAR") || len(strings.Fields(env)) > 2 {
+		t.Errorf("agent environment %q, want PATH (and runc's HOME) only", env)
+	}
+	if kc := output(t, c, "wc -c < /proc/kcore; cat /proc/keys | wc -c"); strings.Fields(kc)[0] != "0" {
+		t.Errorf("/proc/kcore readable: %q", kc)
+	}
+	// The denied syscalls fail: unshare(1) of a user namespace and mount.
+	if out := output(t, c, "unshare -U true 2>&1; echo rc=$?; mount -t tmpfs x /mnt 2>&1; echo rc=$?"); strings.Count(out, "rc=0") != 0 {
+		t.Errorf("unshare or mount worked:\n%s", out)
+	}
+	if out := output(t, c, "mknod /tmp/null c 1 3 2>&1; echo rc=$?"); !strings.Contains(out, "rc=1") {
+		t.Errorf("mknod worked: %s", out)
+	}
+}

@@ -1,0 +1,91 @@
+package runc
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/cgroups"
+	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/idmap"
+)
+
+// Probe checks that this host can run runc sandboxes now: root, the runc
+// binary, the agent, cgroup controllers for the limits, user namespaces and
+// idmapped mounts.
+func (d *Driver) Probe(ctx context.Context) driver.Health {
+	if os.Geteuid() != 0 {
+		return driver.Health{State: driver.HealthUndetected, Description: "the runc driver needs root"}
+	}
+	if _, err := os.Stat(d.cfg.RuncPath); err != nil {
+		return driver.Health{State: driver.HealthUndetected, Description: "runc not found (install the Debian package runc)"}
+	}
+	ver, err := d.runc.version(ctx)
+	if err != nil {
+		return driver.Health{State: driver.HealthUnhealthy, Description: err.Error()}
+	}
+	var problems []string
+	if d.agentErr != nil {
+		problems = append(problems, "no agent binary: "+d.agentErr.Error())
+	}
+	h, err := cgroups.Load()
+	if err != nil {
+		problems = append(problems, err.Error())
+	} else {
+		var missing []string
+		for _, c := range []string{"memory", "pids", "cpu"} {
+			if !h.Has(c) {
+				missing = append(missing, c)
+			}
+		}
+		// cgroup v2 freezes with cgroup.freeze, not a controller.
+		if h.Mode() != cgroups.ModeUnified && !h.Has("freezer") {
+			missing = append(missing, "freezer")
+		}
+		if h.Mode() == cgroups.ModeNone {
+			problems = append(problems, "no cgroup filesystem mounted")
+		} else if len(missing) > 0 {
+			problems = append(problems, fmt.Sprintf("cgroup (%s) controllers missing: %s", h.Mode(), strings.Join(missing, ", ")))
+		}
+	}
+	if err := probeIDMap(d.cfg.DataDir, d.cfg.UIDRangeStart, d.cfg.IDCount); err != nil {
+		problems = append(problems, "user namespaces with idmapped mounts unusable: "+err.Error())
+	}
+	if len(problems) > 0 {
+		return driver.Health{State: driver.HealthUnhealthy, Description: "runc " + ver + ": " + strings.Join(problems, "; ")}
+	}
+	return driver.Health{State: driver.HealthHealthy, Description: "runc " + ver + ", cgroup " + h.Mode().String()}
+}
+
+// probeIDMap makes and removes an idmapped mount of a scratch directory with
+// the first sandbox uid range, which also proves user namespaces work.
+func probeIDMap(dataDir string, base, count uint32) error {
+	src, err := os.MkdirTemp(dataDir, ".probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(src)
+	dst := filepath.Join(src, "mnt")
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		return err
+	}
+	if err := idmap.Mount(src, dst, base, count); err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	serr := unix.Stat(dst, &st)
+	if err := unix.Unmount(dst, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("unmounting probe: %w", err)
+	}
+	if serr != nil {
+		return serr
+	}
+	if st.Uid != base {
+		return fmt.Errorf("idmapped mount shows owner %d, want %d", st.Uid, base)
+	}
+	return nil
+}

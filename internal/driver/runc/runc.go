@@ -1,0 +1,186 @@
+package runc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// runcCLI is a typed wrapper over the runc command line (after go-runc): one
+// method per subcommand, every call with the driver's --root.
+type runcCLI struct {
+	path string // runc binary
+	root string // runc state directory (--root)
+}
+
+// containerState is the JSON `runc state` prints.
+type containerState struct {
+	ID      string    `json:"id"`
+	Pid     int       `json:"pid"`
+	Status  string    `json:"status"` // creating, created, running, paused, stopped
+	Bundle  string    `json:"bundle"`
+	Rootfs  string    `json:"rootfs"`
+	Created time.Time `json:"created"`
+}
+
+// command builds a runc invocation. runc and its stdio never carry the
+// daemon's environment into a sandbox: the container's process env comes from
+// config.json, and runc itself only needs PATH-free absolute paths.
+func (r *runcCLI) command(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, r.path, append([]string{"--root", r.root}, args...)...)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	// A signal to the daemon's process group (Ctrl-C) must not reach runc
+	// or, through it, a container init.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// exec runs a short runc subcommand and returns its stdout. Only for
+// subcommands that start no container: pipes are safe there.
+func (r *runcCLI) exec(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := r.command(ctx, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), runcError(args[0], stderr.Bytes(), err)
+	}
+	return stdout.Bytes(), nil
+}
+
+// run starts the container of the bundle in bundleDir, detached. runc's own
+// messages go to logPath (JSON lines); the container's stdout and stderr
+// go to stdio, which must be a file: a pipe would be held open by the
+// container for ever.
+func (r *runcCLI) run(ctx context.Context, id, bundleDir, pidFile, logPath string, stdio *os.File) error {
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer null.Close()
+	cmd := r.command(ctx, "--log", logPath, "--log-format", "json",
+		"run", "--detach", "--pid-file", pidFile, "--bundle", bundleDir, id)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, stdio, stdio
+	if err := cmd.Run(); err != nil {
+		return runcError("run", lastLogError(logPath), err)
+	}
+	return nil
+}
+
+// state returns runc's view of container id; an error wrapping
+// errdefs.ErrNotFound if runc has no such container.
+func (r *runcCLI) state(ctx context.Context, id string) (containerState, error) {
+	var st containerState
+	if _, err := os.Stat(filepath.Join(r.root, id)); errors.Is(err, fs.ErrNotExist) {
+		return st, errdefs.Wrap(errdefs.ErrNotFound, "runc container %s", id)
+	}
+	out, err := r.exec(ctx, "state", id)
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return st, fmt.Errorf("parsing runc state: %w", err)
+	}
+	return st, nil
+}
+
+func (r *runcCLI) kill(ctx context.Context, id, sig string, all bool) error {
+	args := []string{"kill"}
+	if all {
+		args = append(args, "--all")
+	}
+	_, err := r.exec(ctx, append(args, id, sig)...)
+	return err
+}
+
+func (r *runcCLI) delete(ctx context.Context, id string) error {
+	_, err := r.exec(ctx, "delete", "--force", id)
+	return err
+}
+
+func (r *runcCLI) pause(ctx context.Context, id string) error {
+	_, err := r.exec(ctx, "pause", id)
+	return err
+}
+
+func (r *runcCLI) resume(ctx context.Context, id string) error {
+	_, err := r.exec(ctx, "resume", id)
+	return err
+}
+
+var versionRE = regexp.MustCompile(`runc version (\S+)`)
+
+// version returns runc's version ("1.1.5+ds1").
+func (r *runcCLI) version(ctx context.Context) (string, error) {
+	cmd := exec.CommandContext(ctx, r.path, "--version")
+	cmd.Env = []string{}
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("runc --version: %w", err)
+	}
+	m := versionRE.FindSubmatch(out)
+	if m == nil {
+		return "", fmt.Errorf("runc --version: unexpected output %q", firstLine(out))
+	}
+	return string(m[1]), nil
+}
+
+// runcError turns a failed runc call into an error carrying runc's own
+// message (its last stderr or log line), classified where runc says why.
+func runcError(sub string, msg []byte, err error) error {
+	text := strings.TrimSpace(lastLine(msg))
+	if text == "" {
+		text = err.Error()
+	}
+	switch {
+	case strings.Contains(text, "does not exist") || strings.Contains(text, "not exist"):
+		return fmt.Errorf("runc %s: %s: %w", sub, text, errdefs.ErrNotFound)
+	case strings.Contains(text, "already exists"):
+		return fmt.Errorf("runc %s: %s: %w", sub, text, errdefs.ErrAlreadyExists)
+	case strings.Contains(text, "not running") || strings.Contains(text, "not paused") ||
+		strings.Contains(text, "is paused") || strings.Contains(text, "stopped"):
+		return fmt.Errorf("runc %s: %s: %w", sub, text, errdefs.ErrInvalidState)
+	}
+	return fmt.Errorf("runc %s: %s: %w", sub, text, errdefs.ErrRuntimeUnavailable)
+}
+
+// lastLogError returns the message of the last error line of a runc JSON log.
+func lastLogError(path string) []byte {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		var e struct {
+			Level string `json:"level"`
+			Msg   string `json:"msg"`
+		}
+		if json.Unmarshal(lines[i], &e) == nil && (e.Level == "error" || e.Level == "fatal") {
+			return []byte(e.Msg)
+		}
+	}
+	return nil
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
+}
+
+func firstLine(b []byte) string {
+	s, _, _ := strings.Cut(string(b), "\n")
+	return s
+}
