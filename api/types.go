@@ -25,6 +25,9 @@ const (
 	CodeCapacityExhausted  = "capacity_exhausted"  // 503, with Retry-After
 	CodeRuntimeUnavailable = "runtime_unavailable" // 503
 	CodeInternal           = "internal"            // 500
+	CodeNotImplemented     = "not_implemented"     // 501
+	CodeUnavailable        = "unavailable"         // 503
+	CodeMethodNotAllowed   = "method_not_allowed"  // 405
 )
 
 // ErrorBody is the body of every non-2xx response.

@@ -16,11 +16,11 @@ import (
 	"github.com/airlockhq/airlock/internal/manager"
 )
 
-// Codes this server adds to api's list (API.md: add codes, never rename).
+// Codes this server adds to API.md's list (add codes, never rename).
 const (
-	codeUnavailable    = "unavailable"     // 503: a dependency (an agent, the store) does not answer
-	codeNotImplemented = "not_implemented" // 501
-	codeMethodNotAllow = "method_not_allowed"
+	codeUnavailable    = api.CodeUnavailable    // 503: a dependency (an agent, the store) does not answer
+	codeNotImplemented = api.CodeNotImplemented // 501
+	codeMethodNotAllow = api.CodeMethodNotAllowed
 )
 
 // classified is what an error becomes at the edge.
