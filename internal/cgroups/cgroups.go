@@ -317,6 +317,31 @@ func (g *Group) PIDs() (uint64, error) {
 	return readUint(filepath.Join(dir, "pids.current"))
 }
 
+// Frozen reports whether the group is frozen or freezing (v1
+// freezer.state, v2 cgroup.freeze). A group without a freezer is not frozen.
+func (g *Group) Frozen() (bool, error) {
+	if m := g.h.v1("freezer"); m != "" {
+		b, err := os.ReadFile(filepath.Join(m, g.path, "freezer.state"))
+		if err != nil {
+			return false, classify(err)
+		}
+		return strings.TrimSpace(string(b)) != "THAWED", nil
+	}
+	if g.h.Unified == "" {
+		return false, nil
+	}
+	b, err := os.ReadFile(filepath.Join(g.h.Unified, g.path, "cgroup.freeze"))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(filepath.Join(g.h.Unified, g.path)); serr == nil {
+			return false, nil // the root group has no cgroup.freeze
+		}
+	}
+	if err != nil {
+		return false, classify(err)
+	}
+	return strings.TrimSpace(string(b)) == "1", nil
+}
+
 // removeRetry is how long Remove retries a directory that is busy: tasks of a
 // killed group leave it a few milliseconds after SIGKILL, not at once.
 const removeRetry = 2 * time.Second

@@ -159,6 +159,7 @@ func fakeTree(t *testing.T, unified bool) *Hierarchy {
 		return string(b)
 	}
 	if unified {
+		write("v2/g/cgroup.freeze", "1\n")
 		write("v2/g/memory.current", "1000\n")
 		write("v2/g/memory.peak", "5000\n")
 		write("v2/g/memory.events", fixture("memory.events"))
@@ -167,6 +168,7 @@ func fakeTree(t *testing.T, unified bool) *Hierarchy {
 		return &Hierarchy{V1: map[string]string{}, Unified: filepath.Join(root, "v2"),
 			UnifiedControllers: []string{"cpu", "memory", "pids"}}
 	}
+	write("freezer/g/freezer.state", "FREEZING\n")
 	write("memory/g/memory.usage_in_bytes", "2000\n")
 	write("memory/g/memory.max_usage_in_bytes", "9000\n")
 	write("memory/g/memory.oom_control", fixture("memory.oom_control"))
@@ -176,7 +178,7 @@ func fakeTree(t *testing.T, unified bool) *Hierarchy {
 	write("v2/g/memory.current", "1\n")
 	return &Hierarchy{V1: map[string]string{
 		"memory": filepath.Join(root, "memory"), "cpuacct": filepath.Join(root, "cpuacct"),
-		"pids": filepath.Join(root, "pids"),
+		"pids": filepath.Join(root, "pids"), "freezer": filepath.Join(root, "freezer"),
 	}, Unified: filepath.Join(root, "v2")}
 }
 
@@ -210,6 +212,9 @@ func TestGroupCounters(t *testing.T) {
 			if !g.Exists() {
 				t.Error("Exists = false")
 			}
+			if f, err := g.Frozen(); err != nil || !f {
+				t.Errorf("Frozen = %v, %v; want true", f, err)
+			}
 			gone := fakeTree(t, tc.unified).Group("/gone")
 			if _, err := gone.OOMKills(); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("OOMKills of a missing group: %v, want ErrNotFound", err)
@@ -241,6 +246,9 @@ func TestRemoveReal(t *testing.T) {
 	}
 	if !g.Exists() {
 		t.Fatal("Exists = false after mkdir")
+	}
+	if f, err := g.Frozen(); err != nil || f {
+		t.Fatalf("Frozen of a new group = %v, %v", f, err)
 	}
 	// A task in the group makes rmdir fail with EBUSY: Remove must report it.
 	dir, _ := g.dir("pids")

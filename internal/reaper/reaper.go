@@ -117,6 +117,32 @@ func (p *Process) Exit() (e Exit, ok bool) {
 	return p.exit, p.err == nil
 }
 
+// Signal sends sig to the process through its pidfd, so a pid recycled
+// after the process ended is never hit. It returns an error wrapping
+// os.ErrProcessDone once the process has ended.
+func (p *Process) Signal(sig unix.Signal) error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("signal pid %d: %w", p.pid, os.ErrProcessDone)
+	default:
+	}
+	rc, err := p.f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("signal pid %d: %w", p.pid, os.ErrProcessDone)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.PidfdSendSignal(int(fd), sig, nil, 0) }); err != nil {
+		return fmt.Errorf("signal pid %d: %w", p.pid, os.ErrProcessDone)
+	}
+	if errors.Is(serr, unix.ESRCH) {
+		return fmt.Errorf("signal pid %d: %w", p.pid, os.ErrProcessDone)
+	}
+	if serr != nil {
+		return fmt.Errorf("signal pid %d: %w", p.pid, serr)
+	}
+	return nil
+}
+
 // Close stops watching. The process is not touched; if it ends later nobody
 // reaps it through this watch.
 func (p *Process) Close() error {

@@ -87,6 +87,24 @@ func TestWatchChild(t *testing.T) {
 	}
 }
 
+func TestSignal(t *testing.T) {
+	pid := forkExec(t, "sleep", "100")
+	p, err := Watch(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Signal(unix.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitDone(t, p); got != (Exit{Known: true, Signal: unix.SIGTERM}) {
+		t.Fatalf("exit = %+v, want SIGTERM", got)
+	}
+	if err := p.Signal(unix.SIGKILL); !errors.Is(err, os.ErrProcessDone) {
+		t.Fatalf("Signal after exit = %v, want ErrProcessDone", err)
+	}
+}
+
 func TestWatchGone(t *testing.T) {
 	pid := forkExec(t, "true")
 	var ws unix.WaitStatus

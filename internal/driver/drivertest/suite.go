@@ -483,6 +483,9 @@ func testUsers(t *testing.T, d driver.Driver, tmpl driver.Template) {
 	if out := s.mustSh(t, "root", "id -u"); strings.TrimSpace(out) != "0" {
 		t.Errorf("root: id -u = %q", out)
 	}
+	if out := s.mustSh(t, "", "cat /proc/sys/kernel/hostname"); strings.TrimSpace(out) != s.spec.Hostname {
+		t.Errorf("hostname %q, want %q", out, s.spec.Hostname)
+	}
 	if !hostVisible(d) {
 		return
 	}
@@ -603,6 +606,20 @@ func testPauseResume(t *testing.T, d driver.Driver, tmpl driver.Template) {
 		t.Errorf("longest gap between clock lines %v: the loop ran while paused %v", time.Duration(maxGap), pause)
 	}
 	s.alive(t)
+
+	// A paused sandbox can be destroyed, processes and all.
+	s.mustSh(t, "", "nohup sleep 1000 >/dev/null 2>&1 &")
+	var procs []hostProc
+	if hostVisible(d) {
+		procs = pidnsProcs(t, s.initPid(t))
+	}
+	if err := p.Pause(ctx, s.id); err != nil {
+		t.Fatalf("second Pause: %v", err)
+	}
+	s.destroy(t)
+	if !eventually(5*time.Second, func() bool { return len(stillAlive(procs)) == 0 }) {
+		t.Errorf("processes alive after Destroy of a paused sandbox: %+v", stillAlive(procs))
+	}
 }
 
 // testStopStart: Stop ends every process (one that ignores SIGTERM too) and

@@ -227,7 +227,7 @@ func TestSeccompProfile(t *testing.T) {
 			t.Errorf("%s not allowed", n)
 		}
 	}
-	if len(sc.Architectures) == 0 {
-		t.Error("no architectures")
+	if len(sc.Architectures) != 1 {
+		t.Errorf("architectures %v, want the native one only", sc.Architectures)
 	}
 }

@@ -296,9 +296,7 @@ func (d *Driver) dir(id string) string { return filepath.Join(d.sbxRoot, id) }
 
 func (d *Driver) cgroupPath(id string) string { return "/" + d.cfg.CgroupParent + "/" + id }
 
-func (d *Driver) logger(ctx context.Context, id string) *slog.Logger {
-	return d.log.With("sandbox_id", id)
-}
+func (d *Driver) logger(id string) *slog.Logger { return d.log.With("sandbox_id", id) }
 
 func checkID(id string) error {
 	if !validID.MatchString(id) {
@@ -320,7 +318,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle
 		return nil, errdefs.Wrap(errdefs.ErrInvalidArgument, "template %q has no layers", spec.Template.Name)
 	}
 	res := withDefaults(spec.Resources)
-	log := d.logger(ctx, spec.ID)
+	log := d.logger(spec.ID)
 	dir := d.dir(spec.ID)
 
 	// Everything made below is undone if a later step fails; the rollback
@@ -343,7 +341,11 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle
 		}
 		return nil, fmt.Errorf("creating sandbox dir: %w", err)
 	}
-	undo = append(undo, func(context.Context) { os.RemoveAll(dir) })
+	undo = append(undo, func(context.Context) {
+		if err := removeSandboxDir(dir); err != nil {
+			log.Error("rolling back sandbox dir", "err", err)
+		}
+	})
 	// The mode is set again: the umask may have cut the search bit.
 	if err := os.Chmod(dir, 0o711); err != nil {
 		return nil, err
@@ -417,8 +419,11 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("starting sandbox %s: %w", id, err)
 	}
-	log := d.logger(ctx, id)
-	if cs, err := d.runc.state(ctx, id); err == nil {
+	log := d.logger(id)
+	// runc state costs a process; a sandbox's first start has no record.
+	if !d.runc.exists(id) {
+		// nothing to clean
+	} else if cs, err := d.runc.state(ctx, id); err == nil {
 		switch cs.Status {
 		case "running", "paused", "created", "creating":
 			return errdefs.Wrap(errdefs.ErrInvalidState, "sandbox %s is %s", id, cs.Status)
@@ -513,7 +518,7 @@ func (d *Driver) forget(id string) {
 // if it is our child.
 func (d *Driver) waitInit(ctx context.Context, id string, pid int) error {
 	p := d.proc(id)
-	if p == nil || (pid != 0 && p.Pid() != pid) {
+	if p == nil || (pid > 0 && p.Pid() != pid) {
 		if pid <= 0 {
 			return nil
 		}
@@ -565,15 +570,50 @@ func (d *Driver) Stop(ctx context.Context, id string, timeout time.Duration) err
 	return d.killAll(ctx, id, cs.Pid)
 }
 
-// killAll SIGKILLs every process of the sandbox and waits for init to go.
+// killAll ends every process of the sandbox and waits for init to go:
+// it thaws a frozen sandbox (frozen tasks do not die), then SIGKILLs init
+// through its pidfd. The sandbox has its own pid namespace, so the kernel
+// kills every other process in it when init dies, and init's end is only
+// reported once they are gone. pid is init's pid if known, 0 to ask runc.
 func (d *Driver) killAll(ctx context.Context, id string, pid int) error {
-	if err := d.runc.kill(ctx, id, "KILL", true); err != nil &&
-		!errdefs.IsNotFound(err) && !errors.Is(err, errdefs.ErrInvalidState) {
-		return err
+	p := d.proc(id)
+	if p == nil || (pid != 0 && p.Pid() != pid) {
+		if pid == 0 {
+			cs, err := d.runc.state(ctx, id)
+			if errdefs.IsNotFound(err) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if cs.Status == "stopped" || cs.Pid <= 0 {
+				return nil
+			}
+			pid = cs.Pid
+		}
+		d.watch(id, pid)
+		if p = d.proc(id); p == nil {
+			return nil // already gone
+		}
+	}
+	select {
+	case <-p.Done():
+		return nil
+	default:
+	}
+	if h, err := cgroups.Load(); err == nil {
+		if frozen, _ := h.Group(d.cgroupPath(id)).Frozen(); frozen {
+			if err := d.runc.resume(ctx, id); err != nil {
+				return fmt.Errorf("thawing sandbox %s: %w", id, err)
+			}
+		}
+	}
+	if err := p.Signal(unix.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("killing sandbox %s: %w", id, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, killWait)
 	defer cancel()
-	return d.waitInit(wctx, id, pid)
+	return d.waitInit(wctx, id, 0)
 }
 
 // Destroy kills every process and removes the sandbox's cgroups, mounts, loop
@@ -585,44 +625,51 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	log := d.logger(ctx, id)
+	log := d.logger(id)
 	dir := d.dir(id)
 	st, err := loadState(dir)
 	if err != nil && !errdefs.IsNotFound(err) {
 		log.Warn("destroy: unreadable state, cleaning by id", "err", err)
 	}
 	var errs []error
-	if cs, err := d.runc.state(ctx, id); err == nil {
-		if cs.Status == "paused" {
-			if err := d.runc.resume(ctx, id); err != nil {
-				log.Warn("destroy: thawing", "err", err)
-			}
+	if d.runc.exists(id) {
+		if err := d.killAll(ctx, id, 0); err != nil {
+			// Deleting the container or its storage under live processes
+			// would fail or leak: stop here, Destroy can be retried.
+			return fmt.Errorf("destroying sandbox %s: %w", id, err)
 		}
-		if cs.Status != "stopped" {
-			if err := d.killAll(ctx, id, cs.Pid); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if err := d.runc.delete(ctx, id); err != nil && !errdefs.IsNotFound(err) {
-			errs = append(errs, err)
-		}
-	} else if !errdefs.IsNotFound(err) {
-		errs = append(errs, err)
-	} else if st != nil && st.Pid > 0 {
+	} else if d.proc(id) != nil {
 		// runc forgot it but we may still hold its zombie.
 		wctx, wcancel := context.WithTimeout(ctx, killWait)
 		d.waitInit(wctx, id, 0)
 		wcancel()
 	}
 	d.forget(id)
-	// runc leaves empty cgroup directories behind in every hierarchy.
-	if h, err := cgroups.Load(); err == nil {
-		if err := h.Group(d.cgroupPath(id)).Remove(ctx); err != nil {
-			errs = append(errs, err)
+	// Nothing runs in the sandbox any more: runc's record and cgroups, and
+	// the storage, are independent and go in parallel.
+	var runcErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if d.runc.exists(id) {
+			if err := d.runc.delete(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+				runcErr = err
+				return
+			}
 		}
-	}
+		// runc can leave empty cgroup directories behind (a failed start,
+		// a crash between its steps).
+		if h, err := cgroups.Load(); err == nil {
+			runcErr = h.Group(d.cgroupPath(id)).Remove(ctx)
+		}
+	}()
 	if err := storage.TeardownDir(ctx, dir); err != nil {
 		errs = append(errs, fmt.Errorf("tearing down storage: %w", err))
+	}
+	wg.Wait()
+	if runcErr != nil {
+		errs = append(errs, runcErr)
 	}
 	if err := errors.Join(errs...); err != nil {
 		// Files stay until the mounts are gone: removing them through a
@@ -673,6 +720,9 @@ func (d *Driver) Recover(ctx context.Context, h *driver.Handle) error {
 	}
 	if h.Driver != "" && h.Driver != Name {
 		return errdefs.Wrap(errdefs.ErrInvalidArgument, "handle of driver %q", h.Driver)
+	}
+	if h.Version > stateVersion {
+		return errdefs.Wrap(errdefs.ErrInvalidArgument, "handle version %d is newer than this driver's %d", h.Version, stateVersion)
 	}
 	if err := checkID(h.ID); err != nil {
 		return err
@@ -763,9 +813,15 @@ func (d *Driver) Inspect(ctx context.Context, id string) (driver.Status, error) 
 	return status, nil
 }
 
-// dialRetry is the pause between connection attempts while the agent starts:
-// it listens a few milliseconds after init runs.
-const dialRetry = 2 * time.Millisecond
+// dialRetry is the pause between connection attempts while the agent
+// starts: it listens a few milliseconds after init runs, and an attempt
+// costs microseconds, so polling finely keeps the start fast. After
+// dialFastTries the pause grows to dialRetryMax for an agent that is slow.
+const (
+	dialRetry     = 500 * time.Microsecond
+	dialFastTries = 100
+	dialRetryMax  = 20 * time.Millisecond
+)
 
 // DialAgent connects to the agent's unix socket, retrying until ctx is done.
 // It fails early if the sandbox's init has ended.
@@ -778,7 +834,7 @@ func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 		return nil, errdefs.Wrap(errdefs.ErrNotFound, "sandbox %s", id)
 	}
 	wait := dialRetry
-	for {
+	for try := 0; ; try++ {
 		conn, err := dialUnix(ctx, runDir, agentSockName)
 		if err == nil {
 			return conn, nil
@@ -795,7 +851,7 @@ func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 			return nil, fmt.Errorf("%w: connecting to sandbox %s agent: %v (%v)", errdefs.ErrUnavailable, id, ctx.Err(), err)
 		case <-time.After(wait):
 		}
-		if wait < 50*time.Millisecond {
+		if try >= dialFastTries && wait < dialRetryMax {
 			wait *= 2
 		}
 	}

@@ -17,7 +17,9 @@ import (
 	"github.com/airlockhq/airlock/internal/agentclient"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/reaper"
+	"github.com/airlockhq/airlock/internal/storage"
 )
 
 // started creates and starts a sandbox with spec's fields and returns a
@@ -224,5 +226,155 @@ func TestSandboxHardening(t *testing.T) {
 	}
 	if out := output(t, c, "mknod /tmp/null c 1 3 2>&1; echo rc=$?"); !strings.Contains(out, "rc=1") {
 		t.Errorf("mknod worked: %s", out)
+	}
+	// The device cgroup (v1) allows reading and writing the safe set only.
+	if list := output(t, c, "cat /sys/fs/cgroup/devices/devices.list 2>/dev/null"); list != "" {
+		t.Logf("devices.list:\n%s", list)
+		for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+			f := strings.Fields(line) // type major:minor access
+			if len(f) != 3 || !strings.ContainsAny(f[2], "rw") {
+				continue
+			}
+			if f[0] != "c" || !safeDevice(f[1]) {
+				t.Errorf("device rule %q allows access beyond the safe set", line)
+			}
+		}
+	}
+	// runc 1.1 always allows tun (10:200) in the device cgroup; without a
+	// node (no CAP_MKNOD) and without CAP_NET_ADMIN it is unusable.
+	if out := output(t, c, "ls /dev; test -e /dev/net/tun && echo tun-present"); strings.Contains(out, "tun-present") {
+		t.Errorf("/dev/net/tun exists in the sandbox:\n%s", out)
+	}
+}
+
+// TestDestroyHalfCreated: Destroy cleans a sandbox that Create left half
+// way (a crash after storage was mounted, before any state was written),
+// knowing only its id, and frees its uid slot.
+func TestDestroyHalfCreated(t *testing.T) {
+	requireHost(t)
+	tmpl := baseTemplate(t)
+	dataDir := newDataDir(t)
+	d := newDriver(t, dataDir)
+	snap := hostcheckTake(t, dataDir)
+	ctx := context.Background()
+	id := "sbx_half" + strconv.Itoa(os.Getpid())
+	slot, err := d.slots.alloc(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := d.dir(id)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	base := d.cfg.UIDRangeStart + uint32(slot)*d.cfg.IDCount
+	if _, err := storage.Setup(ctx, storage.Options{Dir: dir, Layers: tmpl.Layers, UIDBase: base, IDCount: d.cfg.IDCount, SizeMB: 64}); err != nil {
+		t.Fatal(err)
+	}
+	// A new driver instance, as after the crash.
+	d2 := newDriver(t, dataDir)
+	if err := d2.Destroy(ctx, id); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("sandbox dir left: %v", err)
+	}
+	if n := d2.slots.find(id); n != -1 {
+		t.Errorf("slot %d still held", n)
+	}
+	snap.AssertNoLeaks(t)
+}
+
+// TestAgentLogCap: an agent log past agentLogMax is truncated.
+func TestAgentLogCap(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "agent.log")
+	if err := os.WriteFile(p, make([]byte, agentLogMax+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := &Driver{log: discardLogger()}
+	d.capLog(dir)
+	if fi, err := os.Stat(p); err != nil || fi.Size() != 0 {
+		t.Fatalf("log after cap: %v, %v", fi.Size(), err)
+	}
+	os.WriteFile(p, []byte("small"), 0o600)
+	d.capLog(dir)
+	if b, _ := os.ReadFile(p); string(b) != "small" {
+		t.Fatalf("small log changed: %q", b)
+	}
+}
+
+func TestProbeProblems(t *testing.T) {
+	requireHost(t)
+	tests := []struct {
+		name  string
+		cfg   Config
+		state driver.HealthState
+		desc  string
+	}{
+		{"no_runc", Config{RuncPath: "/nonexistent/runc", AgentPath: "/bin/true"}, driver.HealthUndetected, "runc not found"},
+		{"no_agent", Config{AgentPath: "/nonexistent/airlock-agent"}, driver.HealthUnhealthy, "no agent binary"},
+		{"healthy", Config{AgentPath: "/bin/true"}, driver.HealthHealthy, "runc 1."},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.DataDir = newDataDir(t)
+			tc.cfg.Logger = discardLogger()
+			d, err := New(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			h := d.Probe(context.Background())
+			if h.State != tc.state || !strings.Contains(h.Description, tc.desc) {
+				t.Fatalf("Probe = %+v, want %s with %q", h, tc.state, tc.desc)
+			}
+		})
+	}
+}
+
+// safeDevice reports whether a devices.list major:minor is one of the
+// standard safe devices (null, zero, full, random, urandom, tty, console,
+// ptmx, pts) or tun, which runc 1.1 adds on its own (see the caller).
+func safeDevice(mm string) bool {
+	switch mm {
+	case "1:3", "1:5", "1:7", "1:8", "1:9", "5:0", "5:1", "5:2", "136:*", "10:200":
+		return true
+	}
+	return false
+}
+
+// TestDestroyAfterRestart: a driver that never recovered a running sandbox
+// (the daemon restarted and the store says to delete it) destroys it from
+// the data dir alone.
+func TestDestroyAfterRestart(t *testing.T) {
+	requireHost(t)
+	tmpl := baseTemplate(t)
+	dataDir := newDataDir(t)
+	d := newDriver(t, dataDir)
+	ctx := context.Background()
+	id := "sbx_restart" + strconv.Itoa(os.Getpid())
+	if _, err := d.Create(ctx, driver.Spec{ID: id, Template: tmpl}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.Inspect(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	d2 := newDriver(t, dataDir)
+	if err := d2.Destroy(ctx, id); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(st.Pid) + "/stat"); err == nil && !strings.Contains(string(b), ") Z ") {
+		t.Fatalf("init alive after Destroy: %s", b)
+	}
+	if _, err := d2.Inspect(ctx, id); !errdefs.IsNotFound(err) {
+		t.Errorf("Inspect after Destroy = %v", err)
+	}
+	if _, err := os.Stat(d2.dir(id)); !os.IsNotExist(err) {
+		t.Errorf("sandbox dir left: %v", err)
 	}
 }

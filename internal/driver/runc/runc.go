@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,9 +33,9 @@ type containerState struct {
 	Created time.Time `json:"created"`
 }
 
-// command builds a runc invocation. runc and its stdio never carry the
-// daemon's environment into a sandbox: the container's process env comes from
-// config.json, and runc itself only needs PATH-free absolute paths.
+// command builds a runc invocation with a minimal environment: the
+// container's own environment comes from config.json, and nothing of the
+// daemon's (tokens, proxies) should reach runc or what it starts.
 func (r *runcCLI) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, r.path, append([]string{"--root", r.root}, args...)...)
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -79,11 +77,18 @@ func (r *runcCLI) run(ctx context.Context, id, bundleDir, pidFile, logPath strin
 	return nil
 }
 
+// exists reports whether runc has a record of container id, without the
+// cost of running runc.
+func (r *runcCLI) exists(id string) bool {
+	_, err := os.Stat(filepath.Join(r.root, id))
+	return err == nil
+}
+
 // state returns runc's view of container id; an error wrapping
 // errdefs.ErrNotFound if runc has no such container.
 func (r *runcCLI) state(ctx context.Context, id string) (containerState, error) {
 	var st containerState
-	if _, err := os.Stat(filepath.Join(r.root, id)); errors.Is(err, fs.ErrNotExist) {
+	if !r.exists(id) {
 		return st, errdefs.Wrap(errdefs.ErrNotFound, "runc container %s", id)
 	}
 	out, err := r.exec(ctx, "state", id)

@@ -3,6 +3,8 @@ package runc
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/driver/drivertest"
+	"github.com/airlockhq/airlock/internal/hostcheck"
 	"github.com/airlockhq/airlock/internal/reaper"
 	"github.com/airlockhq/airlock/internal/template"
 	"github.com/airlockhq/airlock/internal/testutil"
@@ -218,3 +221,9 @@ func BenchmarkBareRuncRun(b *testing.B) {
 		}
 	}
 }
+
+func hostcheckTake(t *testing.T, roots ...string) hostcheck.Snapshot {
+	return hostcheck.Take(t, roots...)
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
