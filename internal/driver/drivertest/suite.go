@@ -752,7 +752,7 @@ func testTeardown(t *testing.T, d driver.Driver, tmpl driver.Template, o options
 	bad := tmpl
 	bad.Layers = append([]string{"/nonexistent/airlock-layer"}, tmpl.Layers...)
 	if _, err := d.Create(ctx, driver.Spec{ID: newID("sbx_bad"), Template: bad}); err == nil {
-		errs <- errors.New("Create with a missing layer succeeded")
+		errs <- errors.New("create with a missing layer succeeded")
 	}
 	for _, m := range all {
 		wg.Add(1)
