@@ -98,6 +98,10 @@ type Spec struct {
 	// NetNSPath, when set, is a network namespace prepared by the caller that
 	// the sandbox joins; empty means a fresh namespace with loopback only.
 	NetNSPath string `json:"netns_path,omitempty"`
+	// ResolvConfPath, when set with NetNSPath, is a host file the driver
+	// mounts read-only at /etc/resolv.conf: it names the sandbox's own
+	// resolver (airlock's DNS, which answers only allowed names).
+	ResolvConfPath string `json:"resolv_conf_path,omitempty"`
 }
 
 // Handle identifies a sandbox to its driver across daemon restarts. The store
