@@ -1,0 +1,722 @@
+package escape
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/daemon"
+	"github.com/airlockhq/airlock/internal/hostcheck"
+	"github.com/airlockhq/airlock/internal/template"
+	"github.com/airlockhq/airlock/internal/testutil"
+)
+
+// Timeouts of the harness's own waits.
+const (
+	// daemonStartWait bounds daemon.Run's start: it opens the store and
+	// probes the runtimes, which takes well under a second here; a minute
+	// covers a loaded CI machine.
+	daemonStartWait = time.Minute
+	// callTimeout bounds one API call of the harness (create, exec, files);
+	// the slowest attack exec (memory bomb) ends within seconds.
+	callTimeout = 2 * time.Minute
+	// canaryWait is how long the neighbour's canary may stall before the
+	// neighbour counts as affected: long enough for a host loaded by a
+	// fork bomb or CPU hog in another sandbox, short enough to notice a
+	// canary that really stopped.
+	canaryWait = 30 * time.Second
+	// cleanupTimeout bounds the deletion of one sandbox at the end of a test.
+	cleanupTimeout = time.Minute
+)
+
+// testDataDir is the per-machine cache of the base template, shared with the
+// other root tests (internal/server, internal/daemon).
+func testDataDir() string {
+	if d := os.Getenv("AIRLOCK_TEST_DATA_DIR"); d != "" {
+		return d
+	}
+	return "/var/lib/airlock-test"
+}
+
+var (
+	agentOnce sync.Once
+	agentBin  string
+	agentErr  error
+	agentDir  string // removed by TestMain
+)
+
+// buildAgent builds a static airlock-agent once per test binary.
+func buildAgent(t testing.TB) string {
+	t.Helper()
+	agentOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "airlock-escape-agent-")
+		if err != nil {
+			agentErr = err
+			return
+		}
+		agentDir = dir
+		agentBin = filepath.Join(dir, "airlock-agent")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBin, "./cmd/airlock-agent")
+		cmd.Dir = filepath.Join("..", "..")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentErr = fmt.Errorf("building airlock-agent: %v\n%s", err, out)
+		}
+	})
+	if agentErr != nil {
+		t.Fatal(agentErr)
+	}
+	return agentBin
+}
+
+// token returns a random hex string: secrets and markers that cannot occur
+// by chance in anything a sandbox prints.
+func token() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// env is one in-process `airlock serve` on a temp data dir.
+type env struct {
+	t        *testing.T
+	cfg      config.Config
+	adminKey string
+	tr       *http.Transport
+	logs     *tailBuffer
+
+	mu     sync.Mutex
+	url    string // http://127.0.0.1:port
+	port   int
+	cancel context.CancelFunc
+	done   chan error
+	keys   map[string]string // tenant → API key
+}
+
+// startEnv starts a daemon with a fresh data dir whose templates/ is the
+// shared cache. Everything it made is removed when t ends, and a leak check
+// then asserts that no mount, loop device, file of a sandbox or process is
+// left behind.
+func startEnv(t *testing.T) *env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("the escape suite drives real sandboxes (root, runc); `make test` runs it")
+	}
+	testutil.RequiresRoot(t)
+	testutil.RequiresBinary(t, "runc")
+	cache := filepath.Join(testDataDir(), "templates")
+	tmpl := template.NewStore(cache)
+	if _, err := tmpl.Get("base", 0); err != nil {
+		// Built once per machine (about half a minute).
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		var progress strings.Builder
+		if _, err := tmpl.EnsureBase(ctx, &progress); err != nil {
+			t.Skipf("base template unavailable (%v):\n%s", err, progress.String())
+		}
+	}
+	dataDir, err := os.MkdirTemp("", "airlock-escape-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sandbox uids must search the data dir to reach their root.
+	if err := os.Chmod(dataDir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(cache, filepath.Join(dataDir, "templates")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.DataDir, cfg.Listen, cfg.AgentPath, cfg.NoPrepare = dataDir, "127.0.0.1:0", buildAgent(t), true
+	cfg.LogLevel, cfg.ShutdownTimeoutS = "info", 5
+	e := &env{
+		t: t, cfg: cfg, adminKey: "ak_escape_" + token(), logs: &tailBuffer{max: 256 << 10},
+		tr:   http.DefaultTransport.(*http.Transport).Clone(),
+		keys: map[string]string{},
+	}
+	e.start()
+	// After the driver made its directories: from here on nothing new may
+	// stay behind under the sandboxes dir, and no process of ours.
+	snap := hostcheck.Take(t, filepath.Join(dataDir, "sandboxes"))
+	t.Cleanup(func() {
+		e.deleteAll()
+		if err := e.stop(); err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+		snap.AssertNoLeaks(t)
+		if t.Failed() {
+			t.Logf("daemon log (tail):\n%s", e.logs.String())
+		}
+		os.RemoveAll(dataDir)
+	})
+	return e
+}
+
+// start runs daemon.Run on e.cfg and waits until it serves.
+func (e *env) start() {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(ctx, e.cfg, daemon.Options{AdminKey: e.adminKey, Stderr: e.logs, Ready: func(a net.Addr) { addrc <- a }})
+	}()
+	select {
+	case a := <-addrc:
+		e.mu.Lock()
+		e.url, e.port, e.cancel, e.done = "http://"+a.String(), a.(*net.TCPAddr).Port, cancel, done
+		e.mu.Unlock()
+	case err := <-done:
+		cancel()
+		e.t.Fatalf("daemon exited at start: %v\n%s", err, e.logs.String())
+	case <-time.After(daemonStartWait):
+		cancel()
+		e.t.Fatalf("daemon did not start within %v\n%s", daemonStartWait, e.logs.String())
+	}
+}
+
+// stop shuts the daemon down; sandboxes keep running, as across a real
+// restart.
+func (e *env) stop() error {
+	e.mu.Lock()
+	cancel, done := e.cancel, e.done
+	e.cancel, e.done = nil, nil
+	e.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	err := <-done
+	e.tr.CloseIdleConnections()
+	return err
+}
+
+// restart stops the daemon and starts a new one on the same data dir (on a
+// new port): it re-adopts every running sandbox.
+func (e *env) restart() {
+	e.t.Helper()
+	if err := e.stop(); err != nil {
+		e.t.Fatalf("daemon stop: %v", err)
+	}
+	e.start()
+}
+
+// client returns an SDK client authenticated as key.
+func (e *env) client(key string) *client.Client {
+	e.mu.Lock()
+	u := e.url
+	e.mu.Unlock()
+	c, err := client.New(u, key, client.WithHTTPClient(&http.Client{Transport: e.tr}))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+// admin is a client with the admin key.
+func (e *env) admin() *client.Client { return e.client(e.adminKey) }
+
+// key returns the API key of tenant, created on first use.
+func (e *env) key(t testing.TB, tenant string) string {
+	t.Helper()
+	e.mu.Lock()
+	k, ok := e.keys[tenant]
+	e.mu.Unlock()
+	if ok {
+		return k
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	created, err := e.admin().CreateKey(ctx, api.CreateKeyRequest{Tenant: tenant, Name: "escape"})
+	if err != nil {
+		t.Fatalf("creating a key for %s: %v", tenant, err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if k, ok := e.keys[tenant]; ok {
+		return k // a parallel caller won; its key is as good
+	}
+	e.keys[tenant] = created.Key
+	return created.Key
+}
+
+// allKeys returns every API key the suite made, the admin key first.
+func (e *env) allKeys() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := []string{e.adminKey}
+	for _, k := range e.keys {
+		out = append(out, k)
+	}
+	return out
+}
+
+// raw sends one HTTP request with key, for what the SDK does not expose
+// (file operations as root: ?user=root). It returns the status and body.
+func (e *env) raw(t testing.TB, key, method, path string, query url.Values, body io.Reader, contentType string) (int, []byte) {
+	t.Helper()
+	e.mu.Lock()
+	u := e.url + path
+	e.mu.Unlock()
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	res, err := (&http.Client{Transport: e.tr}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 64<<20))
+	return res.StatusCode, b
+}
+
+// runtimes are the runtimes to attack: AIRLOCK_ESCAPE_RUNTIMES, else every
+// runtime the daemon reports healthy.
+func (e *env) runtimes(t *testing.T) []string {
+	t.Helper()
+	if v := os.Getenv("AIRLOCK_ESCAPE_RUNTIMES"); v != "" {
+		return strings.Split(v, ",")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	info, err := e.admin().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, d := range info.Drivers {
+		if d.Health == "healthy" {
+			out = append(out, d.Name)
+		}
+	}
+	if len(out) == 0 {
+		t.Skip("no healthy runtime on this host")
+	}
+	return out
+}
+
+// info is GET /v1/info.
+func (e *env) info(t testing.TB) *api.Info {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	info, err := e.admin().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+// deleteAll deletes every sandbox still live (a test that failed half-way).
+func (e *env) deleteAll() {
+	e.mu.Lock()
+	running := e.cancel != nil
+	e.mu.Unlock()
+	if !running {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*cleanupTimeout)
+	defer cancel()
+	c := e.admin()
+	var ids []string
+	for sb, err := range c.Sandboxes(ctx, client.ListOptions{}) {
+		if err != nil {
+			e.t.Errorf("listing sandboxes at cleanup: %v", err)
+			break
+		}
+		ids = append(ids, sb.ID)
+	}
+	for _, id := range ids {
+		if err := c.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, client.ErrNotFound) {
+			e.t.Errorf("deleting %s at cleanup: %v", id, err)
+		}
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it (the daemon's log, shown
+// when a test fails).
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (w *tailBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = append(w.b, p...)
+	if len(w.b) > w.max {
+		w.b = append(w.b[:0], w.b[len(w.b)-w.max:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tailBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.b)
+}
+
+// sbx is one sandbox of the suite.
+type sbx struct {
+	e       *env
+	tenant  string
+	key     string
+	id      string
+	runtime string
+	host    hostInfo
+}
+
+// create makes a sandbox of tenant on runtime and deletes it when t ends.
+func (e *env) create(t testing.TB, tenant, runtime string, req api.CreateSandboxRequest) *sbx {
+	t.Helper()
+	req.Runtime = runtime
+	key := e.key(t, tenant)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	sb, err := e.client(key).CreateSandbox(ctx, req)
+	if err != nil {
+		t.Fatalf("creating a %s sandbox: %v", runtime, err)
+	}
+	if sb.Runtime != runtime || sb.State != api.StateRunning {
+		t.Fatalf("created %+v, want a running %s sandbox", sb, runtime)
+	}
+	s := &sbx{e: e, tenant: tenant, key: key, id: sb.ID, runtime: runtime}
+	s.host = lookupHost(e.cfg.DataDir, sb.ID)
+	t.Cleanup(func() {
+		s.delete(t)
+		s.host.assertGone(t, s.id)
+	})
+	return s
+}
+
+// assertGone fails t if the sandbox's init or cgroups outlive its deletion.
+func (h hostInfo) assertGone(t testing.TB, id string) {
+	t.Helper()
+	if !h.ok {
+		return
+	}
+	var left []string
+	if !eventually(10*time.Second, func() bool {
+		left, _ = filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", path.Dir(h.cgroup), id))
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", h.cgroup)); err == nil {
+			left = append(left, filepath.Join("/sys/fs/cgroup", h.cgroup))
+		}
+		// The pid may be reused by then: only the same pid namespace
+		// means the init is still there.
+		ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", h.pid))
+		return len(left) == 0 && ns != h.pidNS
+	}) {
+		t.Errorf("sandbox %s left cgroups %v or its init %d after deletion", id, left, h.pid)
+	}
+}
+
+// delete removes the sandbox (idempotent).
+func (s *sbx) delete(t testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := s.c().DeleteSandbox(ctx, s.id); err != nil && !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("deleting %s: %v", s.id, err)
+	}
+}
+
+// c is a client of the sandbox's tenant.
+func (s *sbx) c() *client.Client { return s.e.client(s.key) }
+
+// result is an exec's outcome with its output decoded.
+type result struct {
+	api.ExecResult
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	code := "none"
+	if r.ExitCode != nil {
+		code = strconv.Itoa(*r.ExitCode)
+	}
+	return fmt.Sprintf("status %s exit %s truncated %v\nstdout: %.2000s\nstderr: %.2000s", r.Status, code, r.Truncated, r.stdout, r.stderr)
+}
+
+// exited reports whether the command ran to its end with code.
+func (r result) exited(code int) bool {
+	return r.Status == api.ExecExited && r.ExitCode != nil && *r.ExitCode == code
+}
+
+// exec runs req and fails t if the API call itself fails.
+func (s *sbx) exec(t testing.TB, req api.ExecRequest) result {
+	t.Helper()
+	if req.TimeoutS == nil {
+		to := 60.0
+		req.TimeoutS = &to
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	r, err := s.c().Exec(ctx, s.id, req)
+	if err != nil {
+		t.Fatalf("exec in %s: %v", s.id, err)
+	}
+	out, errb, err := client.Output(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return result{ExecResult: *r, stdout: string(out), stderr: string(errb)}
+}
+
+// sh runs script with /bin/sh as user ("" is the default user).
+func (s *sbx) sh(t testing.TB, user, script string) result {
+	t.Helper()
+	return s.exec(t, api.ExecRequest{Shell: &script, User: user})
+}
+
+// mustSh runs script and fails t unless it exits 0; it returns stdout.
+func (s *sbx) mustSh(t testing.TB, user, script string) string {
+	t.Helper()
+	r := s.sh(t, user, script)
+	if !r.exited(0) {
+		t.Fatalf("%q as %q: %v", script, user, r)
+	}
+	return r.stdout
+}
+
+// alive fails t unless the sandbox still runs commands.
+func (s *sbx) alive(t testing.TB) {
+	t.Helper()
+	if r := s.sh(t, "", "echo alive"); r.stdout != "alive\n" {
+		t.Fatalf("sandbox %s no longer answers: %v", s.id, r)
+	}
+}
+
+// readFile downloads path through the files API as the default user.
+func (s *sbx) readFile(ctx context.Context, path string) ([]byte, error) {
+	rc, err := s.c().ReadFile(ctx, s.id, path)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(io.LimitReader(rc, 64<<20))
+}
+
+// files sends a request to the files API as user (the SDK's calls act as
+// the default user only).
+func (s *sbx) files(t testing.TB, method, user, path string, body io.Reader, contentType string) (int, []byte) {
+	t.Helper()
+	q := url.Values{"path": {path}}
+	if user != "" {
+		q.Set("user", user)
+	}
+	return s.e.raw(t, s.key, method, "/v1/sandboxes/"+s.id+"/files", q, body, contentType)
+}
+
+// hostInfo is how a sandbox looks from the host: its init, pid namespace,
+// uid range and cgroup. ok is false where the runtime does not expose its
+// processes to the host this way (then the process checks are skipped).
+type hostInfo struct {
+	ok      bool
+	pid     int
+	pidNS   string
+	uidBase uint64
+	uidSize uint64
+	cgroup  string // path of the pids cgroup, e.g. /airlock/sbx_…
+}
+
+// lookupHost finds the sandbox's init on the host through the runc driver's
+// init.pid (see internal/driver/runc's data dir layout).
+func lookupHost(dataDir, id string) hostInfo {
+	b, err := os.ReadFile(filepath.Join(dataDir, "sandboxes", id, "init.pid"))
+	if err != nil {
+		return hostInfo{}
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return hostInfo{}
+	}
+	h := hostInfo{pid: pid}
+	if h.pidNS, err = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err != nil {
+		return hostInfo{}
+	}
+	m, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid))
+	if err != nil {
+		return hostInfo{}
+	}
+	f := strings.Fields(string(m))
+	if len(f) < 3 {
+		return hostInfo{}
+	}
+	h.uidBase, _ = strconv.ParseUint(f[1], 10, 64)
+	h.uidSize, _ = strconv.ParseUint(f[2], 10, 64)
+	h.cgroup = procCgroup(pid, "pids")
+	h.ok = h.uidSize > 0 && h.cgroup != ""
+	return h
+}
+
+// procCgroup returns pid's cgroup path in the v1 hierarchy of controller,
+// or the unified one if the controller is not on v1.
+func procCgroup(pid int, controller string) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return ""
+	}
+	unified := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == controller {
+				return parts[2]
+			}
+		}
+		if parts[1] == "" {
+			unified = parts[2]
+		}
+	}
+	return unified
+}
+
+// hostProc is one host process as the containment check sees it.
+type hostProc struct {
+	pid    int
+	uid    uint64
+	pidNS  string
+	cgroup string
+	comm   string
+	state  string // R, S, D, Z…
+}
+
+// hostProcs lists the host's processes; ones that exit meanwhile are skipped.
+func hostProcs() []hostProc {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []hostProc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		p := hostProc{pid: pid}
+		for _, line := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+				if f := strings.Fields(v); len(f) > 0 {
+					p.uid, _ = strconv.ParseUint(f[0], 10, 64)
+				}
+			}
+			if v, ok := strings.CutPrefix(line, "Name:"); ok {
+				p.comm = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(line, "State:"); ok {
+				if f := strings.Fields(v); len(f) > 0 {
+					p.state = f[0]
+				}
+			}
+		}
+		if p.pidNS, err = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err != nil {
+			continue
+		}
+		p.cgroup = procCgroup(pid, "pids")
+		out = append(out, p)
+	}
+	return out
+}
+
+// contained fails t if a process runs with one of the sandbox's host uids
+// outside its pid namespace, or sits in its pid namespace outside its
+// cgroup: either would be a process that left the sandbox.
+func (h hostInfo) contained(t testing.TB, id string, procs []hostProc) {
+	t.Helper()
+	if !h.ok {
+		return
+	}
+	hostNS, _ := os.Readlink("/proc/self/ns/pid") // the test (daemon) runs in the host's
+	mine := func(cg string) bool { return cg == h.cgroup || strings.HasPrefix(cg, h.cgroup+"/") }
+	for _, p := range procs {
+		if p.state == "Z" || p.state == "X" {
+			// An exited task shows the root cgroup until it is reaped.
+			continue
+		}
+		if cg := procCgroup(p.pid, "pids"); cg != p.cgroup || procState(p.pid) == "Z" || procState(p.pid) == "" {
+			// It exited (or moved) since the listing: judge it on a
+			// fresh reading only.
+			continue
+		}
+		inRange := p.uid >= h.uidBase && p.uid < h.uidBase+h.uidSize
+		inNS := p.pidNS == h.pidNS
+		// Other daemons and builders on this host (other test binaries)
+		// hand out the same uid ranges to their own containers, each in a
+		// pid namespace and cgroup of its own: those are not ours. A
+		// process that left our sandbox is in the host's pid namespace or
+		// still in our cgroup.
+		otherContainer := p.pidNS != hostNS && !mine(p.cgroup)
+		if inRange && !inNS && !otherContainer {
+			t.Errorf("host process %d (%s) runs as sandbox %s's uid %d outside its pid namespace (cgroup %s)", p.pid, p.comm, id, p.uid, p.cgroup)
+		}
+		if inNS && p.cgroup != "" && !mine(p.cgroup) {
+			t.Errorf("process %d (%s) of sandbox %s is in cgroup %s, not in %s", p.pid, p.comm, id, p.cgroup, h.cgroup)
+		}
+		if inNS && !inRange {
+			// Host root (uid 0) included: only runc's own setup runs so,
+			// and it is gone once the sandbox answered.
+			t.Errorf("process %d (%s) of sandbox %s runs as host uid %d, outside its range", p.pid, p.comm, id, p.uid)
+		}
+	}
+}
+
+// nsPIDs returns the host pids of the processes in the sandbox's pid
+// namespace.
+func (h hostInfo) nsPIDs() []int {
+	var out []int
+	for _, p := range hostProcs() {
+		if h.ok && p.pidNS == h.pidNS {
+			out = append(out, p.pid)
+		}
+	}
+	return out
+}
+
+// eventually polls cond every 50 ms until it holds or d passes.
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
