@@ -117,6 +117,8 @@ func localCode(err error) string {
 	switch {
 	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "unknown command"):
 		return "usage"
+	case isBuildFailed(err):
+		return "build_failed"
 	case errors.Is(err, context.Canceled):
 		return "canceled"
 	case errors.Is(err, context.DeadlineExceeded):
@@ -177,6 +179,7 @@ stderr as one line "airlock: <message> (<code>)".`,
 		a.newCpCmd(),
 		a.newShellCmd(),
 		a.newKeysCmd(),
+		a.newTemplateCmd(),
 		a.newDoctorCmd(),
 		a.newVersionCmd(),
 	)

@@ -1,4 +1,4 @@
-// Package daemon is `airlock serve`: it loads the configuration, opens the store, prepares the base template, starts the drivers, the sandbox manager and the HTTP API, and shuts them down gracefully.
+// Package daemon is `airlock serve`: it loads the configuration, opens the store, prepares the base template, starts the drivers, the template builder, the sandbox manager and the HTTP API, and shuts them down gracefully.
 //
 // Settings come from, highest precedence first: command-line flags,
 // AIRLOCK_* environment variables, the JSON file given with --config, and
@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/build"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/driver/runc"
@@ -196,9 +197,15 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 		drivers = append(drivers, rd)
 	}
 
+	bld, err := newBuilder(ctx, cfg, st, tmpl, rd, log)
+	if err != nil {
+		return err
+	}
+	defer bld.Close()
+
 	metrics := server.NewMetrics(nil)
 	m, err := manager.New(manager.Config{
-		Settings: cfg, Store: st, Drivers: drivers, Templates: tmpl, Logger: log,
+		Settings: cfg, Store: st, Drivers: drivers, Templates: bld, Builder: bld, Logger: log,
 		OnExecEnd: metrics.ObserveExec,
 	})
 	if err != nil {
@@ -213,6 +220,60 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 		MaxUploadBytes: cfg.MaxUploadBytes,
 	})
 	return serve(ctx, cfg, srv, log, opts)
+}
+
+// newBuilder makes the template builder: build sandboxes run on the runc
+// driver (rd, nil when it is unavailable) and are captured from runc's
+// layout of the data dir.
+func newBuilder(ctx context.Context, cfg config.Config, st *store.Store, tmpl *template.Store, rd *runc.Driver, log *slog.Logger) (*build.Builder, error) {
+	bc := build.Config{Store: st, Templates: tmpl, Logger: log}
+	if rd != nil {
+		sandboxes := filepath.Join(cfg.DataDir, "sandboxes")
+		bc.Driver = rd
+		bc.UpperDir = runcUpperDir(sandboxes)
+		bc.Leftovers = func() ([]string, error) {
+			m, err := filepath.Glob(filepath.Join(sandboxes, build.BuildSandboxPrefix+"*"))
+			for i := range m {
+				m[i] = filepath.Base(m[i])
+			}
+			return m, err
+		}
+		// Build sandboxes get no network yet: bc.Network =
+		// build.RegistryNetwork(nm, build.AvailableRegistries(regs)) gives
+		// RUN the package registries once the daemon has its one
+		// network.Manager and the runc driver mounts Spec.ResolvConfPath.
+		// Meanwhile a RUN that downloads fails with a message saying so.
+	}
+	b, err := build.New(bc)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Recover(ctx); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("recovering template builds: %w", err)
+	}
+	return b, nil
+}
+
+// runcIDCount is the size of a runc sandbox's id range (runc.Config's
+// default, which the daemon uses).
+const runcIDCount = 65536
+
+// runcUpperDir finds a runc sandbox's writable layer where internal/storage
+// puts it (<sandboxes>/<id>/storage/rw/upper). The rw mount is owned by the
+// sandbox's root, which gives the uid shift.
+func runcUpperDir(sandboxes string) build.UpperDirFunc {
+	return func(id string) (string, template.IDShift, error) {
+		rw := filepath.Join(sandboxes, id, "storage", "rw")
+		var st unix.Stat_t
+		if err := unix.Lstat(rw, &st); err != nil {
+			return "", template.IDShift{}, fmt.Errorf("build sandbox %s: %w", id, err)
+		}
+		if st.Uid == 0 {
+			return "", template.IDShift{}, fmt.Errorf("build sandbox %s: writable layer owned by root", id)
+		}
+		return filepath.Join(rw, "upper"), template.IDShift{Base: st.Uid, Count: runcIDCount}, nil
+	}
 }
 
 // serve runs the HTTP server until ctx is done.

@@ -20,7 +20,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if binDir != "" {
+			os.RemoveAll(binDir)
+		}
+		os.Exit(code)
+	}))
 }
 
 // syncBuffer is a bytes.Buffer safe for the daemon's concurrent writes.

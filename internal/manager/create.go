@@ -74,13 +74,24 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	if err != nil {
 		return CreateResult{}, err
 	}
-	tmpl, err := m.tmpl.Get(ref, version)
+	resolved, releaseTemplate, err := m.resolveTemplate(ctx, p.Tenant, ref, version, sp.Template)
 	if err != nil {
-		if errdefs.IsNotFound(err) {
-			return CreateResult{}, &PublicError{Msg: fmt.Sprintf("template %q not found", sp.Template), Err: fmt.Errorf("%w: %w", ErrTemplateNotFound, err)}
-		}
-		return CreateResult{}, fmt.Errorf("resolving template %q: %w", sp.Template, err)
+		return CreateResult{}, err
 	}
+	// Until the record below is stored, the template's layers are held
+	// against garbage collection; released once, on every path.
+	var released bool
+	release := func() {
+		if !released {
+			released = true
+			releaseTemplate()
+		}
+	}
+	defer release()
+	tmpl := resolved.Template
+	// The template's ENV is the sandbox's env, under the request's own; it
+	// is stored with the spec, so a restarted daemon keeps injecting it.
+	sp.Env = mergeEnv(resolved.Config.Env, sp.Env)
 	var idem *store.Idempotency
 	if idemKey != "" {
 		if !idempotencyRE.MatchString(idemKey) {
@@ -137,6 +148,7 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		m.live[id] = sb
 	}
 	m.mu.Unlock()
+	release() // the record now keeps the template version alive
 	if existing != nil {
 		return m.replay(ctx, p, existing, idem)
 	}
@@ -168,6 +180,21 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		m.failCreate(cctx, sb, err, idem)
 		close(sb.ready)
 		return CreateResult{}, err
+	}
+	if c := resolved.Config; c.StartCmd != "" || c.ReadyCmd != "" {
+		// The template's process runs (and answers its ready check) before
+		// the sandbox is reported ready; it is an exec like any other, so
+		// the sandbox must be running for it.
+		if err := m.startTemplate(cctx, p, sb, c); err != nil {
+			log.Warn("sandbox create failed: template start", "err", err)
+			m.failCreate(cctx, sb, err, idem)
+			close(sb.ready)
+			return CreateResult{}, createError(err)
+		}
+		readyMS = m.now().Sub(start).Milliseconds()
+		if err := sb.update(cctx, func(r *store.Sandbox) { r.ReadyMS = readyMS }); err != nil {
+			log.Warn("recording ready time", "err", err)
+		}
 	}
 	close(sb.ready)
 	log.Info("sandbox created", "template", tmpl.Name, "template_version", tmpl.Version, "ready_ms", readyMS)

@@ -23,13 +23,15 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/agentclient"
+	"github.com/airlockhq/airlock/internal/build"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
 // Templates resolves a template reference to the layers a driver stacks
-// (template.Store implements it).
+// (build.Builder implements it for the shipped templates; with
+// Config.Builder set, the builder's tenant-aware catalog is used instead).
 type Templates interface {
 	// Get returns template name at version (0: the newest), or an error
 	// wrapping errdefs.ErrNotFound.
@@ -72,6 +74,11 @@ type Config struct {
 	Drivers []driver.Driver
 	// Templates resolves template references. Required.
 	Templates Templates
+	// Builder, when set, builds and catalogs templates (the /v1/templates
+	// API) and resolves the templates of creates per tenant, with their
+	// env and start and ready commands. Without it templates come from
+	// Templates alone and the template API answers not_implemented.
+	Builder *build.Builder
 	// SecretsKeyPath is the file of the key that seals secrets at rest;
 	// default <Settings.DataDir>/secrets.key.
 	SecretsKeyPath string

@@ -182,6 +182,12 @@ func (s *Server) register() {
 	s.handle("POST /v1/sandboxes/{id}/fs/move", a(s.fsMove))
 	s.handle("DELETE /v1/sandboxes/{id}/fs", a(s.fsRemove))
 
+	s.handle("POST /v1/templates", a(s.createTemplate))
+	s.handle("GET /v1/templates", a(s.listTemplates))
+	s.handle("GET /v1/templates/builds/{id}", a(s.getTemplateBuild))
+	s.handle("GET /v1/templates/{name}", a(s.getTemplate))
+	s.handle("DELETE /v1/templates/{name}", a(s.deleteTemplate))
+
 	// Everything else: the API's error shape, 405 when only the method is
 	// wrong.
 	s.mux.Handle("/", s.open(s.notFound))

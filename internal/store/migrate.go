@@ -96,6 +96,41 @@ CREATE TABLE idempotency_keys (
 );
 CREATE INDEX idempotency_created ON idempotency_keys(created_at);
 `,
+	// 2: templates (one row per version) and their builds.
+	`
+CREATE TABLE templates (
+	id         TEXT PRIMARY KEY,             -- tpl_…
+	tenant     TEXT NOT NULL,                -- '' for the shipped templates every tenant sees
+	name       TEXT NOT NULL,
+	version    INTEGER NOT NULL,
+	state      TEXT NOT NULL,                -- building, ready, failed, deleted, purged
+	source     TEXT NOT NULL,                -- spec, image, shipped
+	layers     TEXT NOT NULL DEFAULT '[]',   -- JSON list of layer refs in the template store, lowest first
+	config     TEXT NOT NULL DEFAULT '{}',   -- JSON run-time config (env, workdir, user, start and ready commands)
+	spec_hash  TEXT NOT NULL DEFAULT '',
+	size_bytes INTEGER NOT NULL DEFAULT 0,
+	build_id   TEXT NOT NULL,
+	created_at INTEGER NOT NULL,
+	ready_at   INTEGER,
+	deleted_at INTEGER,
+	UNIQUE (tenant, name, version)
+);
+CREATE INDEX templates_state ON templates(state);
+
+CREATE TABLE template_builds (
+	id          TEXT PRIMARY KEY,            -- bld_…
+	tenant      TEXT NOT NULL,
+	name        TEXT NOT NULL,
+	version     INTEGER NOT NULL,
+	template_id TEXT NOT NULL,
+	status      TEXT NOT NULL,               -- building, ready, failed
+	error       TEXT,
+	log         BLOB,
+	created_at  INTEGER NOT NULL,
+	ended_at    INTEGER
+);
+CREATE INDEX template_builds_status ON template_builds(status);
+`,
 }
 
 func migrate(ctx context.Context, db *sql.DB) error {

@@ -339,8 +339,9 @@ func (s *Store) SandboxesInStates(ctx context.Context, states ...string) ([]Sand
 }
 
 // Purge deletes records that ended before before: sandboxes in state
-// stopped or error whose EndedAt is older, ended execs (and their output)
-// and idempotency keys older than it. It returns how many sandboxes went.
+// stopped or error whose EndedAt is older, ended execs (and their output),
+// idempotency keys older than it, and the records of failed template
+// builds. It returns how many sandboxes went.
 func (s *Store) Purge(ctx context.Context, before time.Time) (int, error) {
 	var n int64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
@@ -356,7 +357,12 @@ func (s *Store) Purge(ctx context.Context, before time.Time) (int, error) {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM execs WHERE ended_at IS NOT NULL AND ended_at < ?`, b); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE created_at < ?`, b)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE created_at < ?`, b); err != nil {
+			return err
+		}
+		// Failed builds are kept for their logs until the retention; the
+		// template row keeps its version number.
+		_, err = tx.ExecContext(ctx, `DELETE FROM template_builds WHERE status = 'failed' AND ended_at IS NOT NULL AND ended_at < ?`, b)
 		return err
 	})
 	if err != nil {

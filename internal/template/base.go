@@ -30,9 +30,13 @@ type recipe struct {
 }
 
 type recipeSpec struct {
-	Suite    string   `json:"suite"`
-	Variant  string   `json:"variant"`
-	Include  []string `json:"include"`
+	Suite   string   `json:"suite"`
+	Variant string   `json:"variant"`
+	Include []string `json:"include"`
+	// Apt are installed with apt-get in the new tree after debootstrap:
+	// debootstrap's own resolver does not handle alternatives and virtual
+	// packages, which bigger package sets (npm) depend on.
+	Apt      []string `json:"apt,omitempty"`
 	User     string   `json:"user"`
 	UID      int      `json:"uid"`
 	Hostname string   `json:"hostname"`
@@ -99,11 +103,70 @@ func buildDebian(ctx context.Context, rootfs string, spec recipeSpec, p *progres
 		}
 		return fmt.Errorf("%w: debootstrap: %v; last output:\n%s", errdefs.ErrUnavailable, err, out.Tail())
 	}
+	if len(spec.Apt) > 0 {
+		if err := aptInstall(ctx, rootfs, spec.Apt, p); err != nil {
+			return err
+		}
+	}
 	p.step("configuring user, hostname and caches")
 	if err := customize(rootfs, spec); err != nil {
 		return fmt.Errorf("customizing rootfs: %w", err)
 	}
 	return nil
+}
+
+// aptInstall installs pkgs into the debootstrapped tree at rootfs with its
+// own apt-get, in a chroot, as debootstrap runs the base packages'
+// maintainer scripts: Debian's packages from the host's mirror (the tree's
+// sources.list and resolver are still the ones debootstrap copied).
+// Services are not started (policy-rc.d), recommends are not installed.
+func aptInstall(ctx context.Context, rootfs string, pkgs []string, p *progress) error {
+	chroot, err := lookSbin("chroot")
+	if err != nil {
+		return err
+	}
+	proc := filepath.Join(rootfs, "proc")
+	if err := os.MkdirAll(proc, 0o555); err != nil {
+		return err
+	}
+	if err := syscall.Mount("proc", proc, "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting /proc for apt: %w", err)
+	}
+	defer syscall.Unmount(proc, syscall.MNT_DETACH)
+	policy := filepath.Join(rootfs, "usr/sbin/policy-rc.d")
+	if err := os.WriteFile(policy, []byte("#!/bin/sh\nexit 101\n"), 0o755); err != nil {
+		return err
+	}
+	defer os.Remove(policy)
+	run := func(what string, args ...string) error {
+		out := &toolOutput{p: p, prefix: "apt"}
+		cmd := exec.CommandContext(ctx, chroot, append([]string{rootfs}, args...)...)
+		cmd.Env = []string{"LC_ALL=C", "DEBIAN_FRONTEND=noninteractive", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = killGrace
+		err := cmd.Run()
+		out.Close()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("%w: %s: %v; last output:\n%s", errdefs.ErrUnavailable, what, err, out.Tail())
+		}
+		return nil
+	}
+	p.step("apt-get update")
+	if err := run("apt-get update", "apt-get", "-q", "update"); err != nil {
+		return err
+	}
+	p.step("apt-get install %d packages: %s", len(pkgs), strings.Join(pkgs, " "))
+	args := append([]string{"apt-get", "-q", "-y", "--no-install-recommends", "install"}, pkgs...)
+	if err := run("apt-get install", args...); err != nil {
+		return err
+	}
+	p.step("apt-get clean")
+	return run("apt-get clean", "apt-get", "clean")
 }
 
 func lookSbin(name string) (string, error) {

@@ -8,6 +8,9 @@
 //	  .build-base-…/        a build in progress; never counts as a template
 //	  base/1/rootfs/        the root filesystem, shared read-only by sandboxes
 //	  base/1/meta.json      name, version, recipe hash, size, created_at
+//	  python/1/rootfs/      the other shipped templates, built on demand
+//	  layers/<key>/rootfs/  content layers of built and imported templates
+//	                        (layers.go), stacked on a recipe's rootfs
 //
 // A build happens in a temporary directory next to the versions and is
 // renamed into place when it is complete, so a half-finished build is never
@@ -62,11 +65,19 @@ type Store struct {
 	dir string
 	// base is the recipe EnsureBase builds; tests swap in a fast one.
 	base recipe
+	// shipped are the other recipes EnsureShipped builds, by name.
+	shipped map[string]recipe
 }
 
 // NewStore returns a store rooted at dir (<data-dir>/templates). The
 // directory is created on first use.
-func NewStore(dir string) *Store { return &Store{dir: dir, base: debianBase} }
+func NewStore(dir string) *Store {
+	s := &Store{dir: dir, base: debianBase, shipped: map[string]recipe{}}
+	for _, r := range shippedRecipes {
+		s.shipped[r.name] = r
+	}
+	return s
+}
 
 // EnsureBase returns the base template, building it first if no version
 // built from the current recipe exists. Progress lines (one per step, with
@@ -176,7 +187,7 @@ func (s *Store) List() ([]Info, error) {
 	}
 	var out []Info
 	for _, e := range ents {
-		if !e.IsDir() || !validName.MatchString(e.Name()) {
+		if !e.IsDir() || !validName.MatchString(e.Name()) || e.Name() == layersDir {
 			continue
 		}
 		infos, err := s.versions(e.Name())
@@ -334,4 +345,9 @@ func syncFS(dir string) error {
 		return fmt.Errorf("syncing template: %w", err)
 	}
 	return nil
+}
+
+// versionDir is the directory of a recipe-built template version.
+func versionDir(storeDir, name string, version int) string {
+	return filepath.Join(storeDir, name, strconv.Itoa(version))
 }

@@ -1,0 +1,293 @@
+package template
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// Layers live in the store directory beside the recipe-built templates:
+//
+//	templates/
+//	  layers/<key>/rootfs/    one read-only layer: files with container ids
+//	                          (host uid = container uid), overlay whiteouts
+//	                          (0/0 character devices) and opaque directories
+//	                          (trusted.overlay.opaque=y)
+//	  layers/<key>/layer.json what made it (LayerMeta)
+//	  layers/.tmp-…/          a layer being written; renamed into place
+//	  layers/.trash-…/        a collected layer being removed
+//
+// A layer is named by a ref relative to the store directory: "layers/<key>"
+// for a content layer, "<name>/<version>" for the root filesystem of a
+// recipe-built template (base/1). Its files are at <dir>/<ref>/rootfs.
+const (
+	layersDir   = "layers"
+	layerMeta   = "layer.json"
+	tmpPrefix   = ".tmp-"
+	trashPrefix = ".trash-"
+)
+
+// LayerKeyRE matches a content layer key: a sha256 in hex.
+var LayerKeyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+var layerRefRE = regexp.MustCompile(`^(layers/[0-9a-f]{64}|[a-z0-9][a-z0-9._-]{0,62}/[1-9][0-9]{0,8})$`)
+
+// LayerMeta describes how a content layer was made.
+type LayerMeta struct {
+	Key       string    `json:"key"`
+	Parent    string    `json:"parent,omitempty"`
+	CreatedBy string    `json:"created_by"`
+	SizeBytes int64     `json:"size_bytes"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Dir is the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// LayerRef returns the ref of content layer key.
+func LayerRef(key string) string { return layersDir + "/" + key }
+
+// RecipeRef returns the ref of a recipe-built template's root filesystem.
+func RecipeRef(name string, version int) string { return fmt.Sprintf("%s/%d", name, version) }
+
+// ValidLayerRef reports whether ref names a layer of the store.
+func ValidLayerRef(ref string) bool { return layerRefRE.MatchString(ref) }
+
+// LayerPath returns the host directory of the layer ref (its rootfs).
+func (s *Store) LayerPath(ref string) (string, error) {
+	if !ValidLayerRef(ref) {
+		return "", errdefs.Wrap(errdefs.ErrInvalidArgument, "layer ref %q", ref)
+	}
+	return filepath.Join(s.dir, filepath.FromSlash(ref), rootfsName), nil
+}
+
+// LayerPaths maps refs to host directories, checking that each exists.
+func (s *Store) LayerPaths(refs []string) ([]string, error) {
+	out := make([]string, len(refs))
+	for i, ref := range refs {
+		p, err := s.LayerPath(ref)
+		if err != nil {
+			return nil, err
+		}
+		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+			return nil, errdefs.Wrap(errdefs.ErrNotFound, "layer %s is missing", ref)
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+// HasLayer reports whether content layer key exists.
+func (s *Store) HasLayer(key string) bool {
+	fi, err := os.Stat(filepath.Join(s.dir, layersDir, key, rootfsName))
+	return err == nil && fi.IsDir()
+}
+
+// ReadLayerMeta returns what made content layer key.
+func (s *Store) ReadLayerMeta(key string) (LayerMeta, error) {
+	var m LayerMeta
+	b, err := os.ReadFile(filepath.Join(s.dir, layersDir, key, layerMeta))
+	if err != nil {
+		return m, err
+	}
+	return m, json.Unmarshal(b, &m)
+}
+
+// LayerWriter is a content layer being written. Write its files under
+// Root, then Commit it or Discard it.
+type LayerWriter struct {
+	s   *Store
+	tmp string
+}
+
+// NewLayer starts a content layer in a temporary directory of the store.
+func (s *Store) NewLayer() (*LayerWriter, error) {
+	dir := filepath.Join(s.dir, layersDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating layer store: %w", err)
+	}
+	tmp, err := os.MkdirTemp(dir, tmpPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("creating layer: %w", err)
+	}
+	if err := os.Mkdir(filepath.Join(tmp, rootfsName), 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("creating layer: %w", err)
+	}
+	return &LayerWriter{s: s, tmp: tmp}, nil
+}
+
+// Root is the directory the layer's files go in.
+func (w *LayerWriter) Root() string { return filepath.Join(w.tmp, rootfsName) }
+
+// Commit makes the layer durable and publishes it as key, returning its
+// ref. If another build published the same key meanwhile, that layer is
+// kept and this one discarded: equal keys mean equal inputs.
+func (w *LayerWriter) Commit(key string, meta LayerMeta) (string, error) {
+	if !LayerKeyRE.MatchString(key) {
+		w.Discard()
+		return "", errdefs.Wrap(errdefs.ErrInvalidArgument, "layer key %q", key)
+	}
+	size, err := diskUsage(w.Root())
+	if err != nil {
+		w.Discard()
+		return "", fmt.Errorf("measuring layer: %w", err)
+	}
+	meta.Key, meta.SizeBytes = key, size
+	if meta.CreatedAt.IsZero() {
+		meta.CreatedAt = time.Now().UTC().Truncate(time.Second)
+	}
+	b, err := json.MarshalIndent(meta, "", "  ")
+	if err != nil {
+		w.Discard()
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(w.tmp, layerMeta), append(b, '\n'), 0o644); err != nil {
+		w.Discard()
+		return "", fmt.Errorf("writing layer meta: %w", err)
+	}
+	if err := syncFS(w.tmp); err != nil {
+		w.Discard()
+		return "", err
+	}
+	final := filepath.Join(w.s.dir, layersDir, key)
+	if err := os.Rename(w.tmp, final); err != nil {
+		w.Discard()
+		if w.s.HasLayer(key) {
+			return LayerRef(key), nil
+		}
+		return "", fmt.Errorf("publishing layer: %w", err)
+	}
+	return LayerRef(key), nil
+}
+
+// Discard removes the unfinished layer.
+func (w *LayerWriter) Discard() {
+	if w.tmp != "" {
+		_ = os.RemoveAll(w.tmp)
+	}
+}
+
+// RemoveStaleLayerWrites removes unfinished and half-removed layers that a
+// dead daemon left. Call it only when no layer is being written.
+func (s *Store) RemoveStaleLayerWrites() error {
+	ents, err := os.ReadDir(filepath.Join(s.dir, layersDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), tmpPrefix) || strings.HasPrefix(e.Name(), trashPrefix) {
+			errs = append(errs, os.RemoveAll(filepath.Join(s.dir, layersDir, e.Name())))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// KeepRecentLayers adds to keep every content layer made after since,
+// except those in except: a failed build's finished steps stay for its
+// retry.
+func (s *Store) KeepRecentLayers(keep, except map[string]bool, since time.Time) {
+	ents, _ := os.ReadDir(filepath.Join(s.dir, layersDir))
+	for _, e := range ents {
+		if !LayerKeyRE.MatchString(e.Name()) || except[LayerRef(e.Name())] {
+			continue
+		}
+		if m, err := s.ReadLayerMeta(e.Name()); err == nil && m.CreatedAt.After(since) {
+			keep[LayerRef(e.Name())] = true
+		}
+	}
+}
+
+// TrashLayers moves every content layer whose ref is not in keep out of
+// the store (it is gone for lookups at once) and returns the refs it moved
+// and a function that deletes their files, which may take long and needs
+// no lock.
+func (s *Store) TrashLayers(keep map[string]bool) ([]string, func(context.Context) error, error) {
+	dir := filepath.Join(s.dir, layersDir)
+	nothing := func(context.Context) error { return nil }
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nothing, nil
+	}
+	if err != nil {
+		return nil, nothing, fmt.Errorf("listing layers: %w", err)
+	}
+	var (
+		removed []string
+		trash   []string
+		errs    []error
+	)
+	for _, e := range ents {
+		if !e.IsDir() || !LayerKeyRE.MatchString(e.Name()) || keep[LayerRef(e.Name())] {
+			continue
+		}
+		t := filepath.Join(dir, trashPrefix+e.Name())
+		if err := os.Rename(filepath.Join(dir, e.Name()), t); err != nil {
+			errs = append(errs, fmt.Errorf("collecting layer: %w", err))
+			continue
+		}
+		removed = append(removed, LayerRef(e.Name()))
+		trash = append(trash, t)
+	}
+	finish := func(ctx context.Context) error {
+		var errs []error
+		for _, t := range trash {
+			if err := ctx.Err(); err != nil {
+				return err // the rest goes with RemoveStaleLayerWrites
+			}
+			errs = append(errs, os.RemoveAll(t))
+		}
+		return errors.Join(errs...)
+	}
+	return removed, finish, errors.Join(errs...)
+}
+
+// RemoveRecipeVersion deletes a recipe-built template version (ref
+// "<name>/<version>") whose catalog entry was purged.
+func (s *Store) RemoveRecipeVersion(ctx context.Context, ref string) error {
+	if !ValidLayerRef(ref) || strings.HasPrefix(ref, layersDir+"/") {
+		return errdefs.Wrap(errdefs.ErrInvalidArgument, "recipe ref %q", ref)
+	}
+	dir := filepath.Join(s.dir, filepath.FromSlash(ref))
+	// Renamed to a build-dir name first: the version stops being listed at
+	// once, and a failed removal is finished by the next build.
+	tmp := filepath.Join(s.dir, buildPrefix+"gc-"+strings.ReplaceAll(ref, "/", "-"))
+	if err := os.Rename(dir, tmp); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("removing template version: %w", err)
+	}
+	s.removeBuild(ctx, tmp)
+	return nil
+}
+
+// LayerSize returns the disk use recorded for layer ref (0 if unknown).
+func (s *Store) LayerSize(ref string) int64 {
+	if key, ok := strings.CutPrefix(ref, layersDir+"/"); ok {
+		if m, err := s.ReadLayerMeta(key); err == nil {
+			return m.SizeBytes
+		}
+		return 0
+	}
+	if !ValidLayerRef(ref) {
+		return 0
+	}
+	if m, err := readMeta(filepath.Join(s.dir, filepath.FromSlash(ref))); err == nil {
+		return m.SizeBytes
+	}
+	return 0
+}
