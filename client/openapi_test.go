@@ -95,6 +95,9 @@ func TestSpecStructure(t *testing.T) {
 		"POST /v1/sandboxes/{id}/fs/move", "DELETE /v1/sandboxes/{id}/fs",
 		"POST /v1/keys", "GET /v1/keys", "DELETE /v1/keys/{id}",
 		"GET /healthz", "GET /readyz", "GET /metrics", "GET /v1/info",
+		// Issue #4: templates.
+		"POST /v1/templates", "GET /v1/templates", "GET /v1/templates/builds/{id}",
+		"GET /v1/templates/{name}", "DELETE /v1/templates/{name}",
 	} {
 		if !implemented[r] {
 			t.Errorf("%s is not in the spec as implemented", r)
@@ -102,7 +105,7 @@ func TestSpecStructure(t *testing.T) {
 	}
 	// Later issues stay planned until they land.
 	for _, p := range []string{"/v1/sandboxes/{id}/snapshots", "/v1/sandboxes/{id}/code", "/v1/sandboxes/{id}/contexts",
-		"/v1/templates", "/v1/volumes", "/v1/audit", "/v1/usage"} {
+		"/v1/volumes", "/v1/audit", "/v1/usage"} {
 		if item, ok := paths[p].(map[string]any); !ok || item["x-airlock-status"] != "planned" {
 			t.Errorf("%s should be in the spec as planned", p)
 		}
@@ -193,6 +196,8 @@ func TestSpecSchemasMatchTypes(t *testing.T) {
 		api.SignalRequest{}, api.PTYResize{}, api.FileWritten{}, api.FileInfo{}, api.FileList{},
 		api.MkdirRequest{}, api.MoveRequest{}, api.CreateKeyRequest{}, api.Key{}, api.KeyList{},
 		api.Info{}, api.DriverInfo{}, api.Limits{},
+		api.TemplateBuildRequest{}, api.TemplateBuildStarted{}, api.TemplateBuild{}, api.TemplateLogEvent{},
+		api.Template{}, api.TemplateList{},
 	}
 	// Sandbox.Error's type: found by reflection so the test does not depend
 	// on its Go name.
