@@ -11,7 +11,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/hashicorp/yamux"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/agentproto"
@@ -23,7 +22,7 @@ const maxListEntries = 20000
 
 // handleFile serves the file operations. Every permission-relevant step runs
 // in asUser; moving bytes over an fd opened that way needs no identity.
-func (s *Server) handleFile(ctx context.Context, st *yamux.Stream, fr *agentproto.FrameReader, fw *agentproto.FrameWriter, req *agentproto.Request) (agentproto.Response, error) {
+func (s *Server) handleFile(ctx context.Context, st stream, fr *agentproto.FrameReader, fw *agentproto.FrameWriter, req *agentproto.Request) (agentproto.Response, error) {
 	if s.fs == nil {
 		return agentproto.Response{}, &agentproto.Error{Code: agentproto.CodeUnsupported, Message: "file operations unavailable"}
 	}
@@ -132,9 +131,15 @@ func (s *Server) handleFile(ctx context.Context, st *yamux.Stream, fr *agentprot
 		if err := fw.WriteJSON(&agentproto.Response{File: &fi}); err != nil {
 			return agentproto.Response{}, errHandled
 		}
+		// A regular file of known size goes by sendfile on a direct
+		// connection; an empty-looking one (a /proc file) is read to EOF.
+		if dc, ok := st.(*directConn); ok && fi.Type == agentproto.FileTypeFile && fi.Size > 0 {
+			return sendFileDirect(dc, fw, f, fi.Size)
+		}
 		return s.sendData(st, fr, fw, f)
 	case agentproto.OpWriteFile:
-		return s.writeFile(fr, fw, acct, p, req)
+		_, splice := st.(*directConn)
+		return s.writeFile(fr, fw, acct, p, req, splice)
 	case agentproto.OpTarOut:
 		return s.tarOut(st, fr, fw, acct, p)
 	case agentproto.OpTarIn:
@@ -145,7 +150,7 @@ func (s *Server) handleFile(ctx context.Context, st *yamux.Stream, fr *agentprot
 
 // sendData streams r as data frames and an end frame. A read error after the
 // first frame is sent as a failing Response instead of the end frame.
-func (s *Server) sendData(st *yamux.Stream, fr *agentproto.FrameReader, fw *agentproto.FrameWriter, r io.Reader) (agentproto.Response, error) {
+func (s *Server) sendData(st stream, fr *agentproto.FrameReader, fw *agentproto.FrameWriter, r io.Reader) (agentproto.Response, error) {
 	_, stop := watchPeer(st, fr)
 	defer stop()
 	if _, err := fw.ReadFrom(r); err != nil {
@@ -167,6 +172,13 @@ type dataReader struct {
 	eof   bool
 	limit int64
 	n     int64
+	// splice makes WriteTo move each frame's payload from the socket to the
+	// destination in the kernel; fr must then be unbuffered.
+	splice bool
+}
+
+func (d *dataReader) tooLarge() error {
+	return &agentproto.Error{Code: agentproto.CodeTooLarge, Message: "file is larger than the limit"}
 }
 
 func (d *dataReader) next() error {
@@ -181,7 +193,7 @@ func (d *dataReader) next() error {
 	case agentproto.FrameData:
 		d.n += int64(len(payload))
 		if d.limit > 0 && d.n > d.limit {
-			return &agentproto.Error{Code: agentproto.CodeTooLarge, Message: "file is larger than the limit"}
+			return d.tooLarge()
 		}
 		d.buf = payload
 	case agentproto.FrameEnd:
@@ -208,6 +220,9 @@ func (d *dataReader) Read(p []byte) (int, error) {
 
 // WriteTo writes each frame's payload straight to w (no copy in between).
 func (d *dataReader) WriteTo(w io.Writer) (int64, error) {
+	if d.splice && len(d.buf) == 0 && !d.eof {
+		return d.spliceTo(w)
+	}
 	var total int64
 	for {
 		if len(d.buf) > 0 {
@@ -227,10 +242,46 @@ func (d *dataReader) WriteTo(w io.Writer) (int64, error) {
 	}
 }
 
+// spliceTo is WriteTo for direct connections: each payload goes from the
+// socket to w by io.Copy, which for an *os.File is splice(2), so the bytes
+// never enter the agent's memory.
+func (d *dataReader) spliceTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		t, n, err := d.fr.NextHeader()
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return total, err
+		}
+		switch t {
+		case agentproto.FrameData:
+			d.n += int64(n)
+			if d.limit > 0 && d.n > d.limit {
+				return total, d.tooLarge()
+			}
+			k, err := io.Copy(w, d.fr.Payload(n))
+			total += k
+			if err != nil {
+				return total, err
+			}
+			if k < int64(n) {
+				return total, io.ErrUnexpectedEOF
+			}
+		case agentproto.FrameEnd:
+			d.eof = true
+			return total, nil
+		default:
+			return total, invalid("unexpected frame in data")
+		}
+	}
+}
+
 // writeFile stores the client's data at p through a temporary file renamed
 // over p at the end, so readers never see a half-written file and a failed
 // upload (too large, disk full, client gone) leaves p as it was.
-func (s *Server) writeFile(fr *agentproto.FrameReader, fw *agentproto.FrameWriter, acct *account, p string, req *agentproto.Request) (agentproto.Response, error) {
+func (s *Server) writeFile(fr *agentproto.FrameReader, fw *agentproto.FrameWriter, acct *account, p string, req *agentproto.Request, splice bool) (agentproto.Response, error) {
 	var pfd, fd int = -1, -1
 	var base, tmp string
 	direct := false
@@ -291,7 +342,7 @@ func (s *Server) writeFile(fr *agentproto.FrameReader, fw *agentproto.FrameWrite
 		cleanup()
 		return agentproto.Response{}, errHandled
 	}
-	n, err := (&dataReader{fr: fr, limit: req.MaxBytes}).WriteTo(f)
+	n, err := (&dataReader{fr: fr, limit: req.MaxBytes, splice: splice}).WriteTo(f)
 	if err != nil {
 		cleanup()
 		return agentproto.Response{}, err

@@ -76,6 +76,7 @@ type Server struct {
 	mu       sync.Mutex
 	closed   bool
 	sessions map[*yamux.Session]struct{}
+	conns    map[net.Conn]struct{} // connections not yet a session, and direct ones
 	closeErr error
 	once     sync.Once
 }
@@ -93,6 +94,7 @@ func NewServer(cfg Config) *Server {
 		groupFile:   cfg.GroupFile,
 		euid:        uint32(os.Geteuid()),
 		sessions:    make(map[*yamux.Session]struct{}),
+		conns:       make(map[net.Conn]struct{}),
 		execs:       execTable{byID: make(map[string]*execProc)},
 	}
 	if s.defaultUser == "" {
@@ -136,8 +138,26 @@ func (s *Server) closing() bool {
 }
 
 // ServeConn serves one session on conn and returns when conn closes (nil) or
-// ctx ends (its error). Execs outlive the session.
+// ctx ends (its error). Execs outlive the session. A connection that opens
+// with agentproto.DirectPreamble is a direct connection instead: it serves
+// that one request and ends.
 func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
+	first, err := s.firstByte(ctx, conn)
+	if err != nil {
+		conn.Close()
+		if errors.Is(err, errServerClosed) {
+			return err
+		}
+		return ctx.Err() // the peer left before a word
+	}
+	if first == agentproto.DirectPreamble[0] {
+		return s.serveDirect(ctx, conn)
+	}
+	return s.serveSession(ctx, &replayConn{Conn: conn, first: []byte{first}})
+}
+
+// serveSession serves a yamux session on conn.
+func (s *Server) serveSession(ctx context.Context, conn net.Conn) error {
 	sess, err := yamux.Server(conn, agentproto.YamuxConfig())
 	if err != nil {
 		conn.Close()
@@ -147,7 +167,7 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
 	if s.closed {
 		s.mu.Unlock()
 		sess.Close()
-		return errors.New("server closed")
+		return errServerClosed
 	}
 	s.sessions[sess] = struct{}{}
 	s.mu.Unlock()
@@ -189,13 +209,21 @@ func (s *Server) Close() error {
 		for sess := range s.sessions {
 			sessions = append(sessions, sess)
 		}
+		conns := make([]net.Conn, 0, len(s.conns))
+		for c := range s.conns {
+			conns = append(conns, c)
+		}
 		s.mu.Unlock()
 		for _, sess := range sessions {
 			sess.Close()
 		}
+		for _, c := range conns {
+			c.Close()
+		}
 		// Wait for execs being started; later ones see closed and refuse.
 		s.startMu.Lock()
-		s.startMu.Unlock() //nolint:staticcheck // an empty critical section is the barrier
+		//lint:ignore SA2001 an empty critical section is the barrier
+		s.startMu.Unlock()
 		var wg sync.WaitGroup
 		for _, e := range s.execs.running() {
 			if e.pid == 0 {
@@ -219,10 +247,25 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
+// stream carries one request: a yamux stream of a session, or a whole
+// direct connection (*directConn).
+type stream interface {
+	io.ReadWriteCloser
+	SetDeadline(time.Time) error
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+}
+
 // handle serves one stream: one request.
-func (s *Server) handle(ctx context.Context, st *yamux.Stream) {
+func (s *Server) handle(ctx context.Context, st stream) {
 	defer st.Close()
-	fr := agentproto.NewFrameReader(st)
+	var fr *agentproto.FrameReader
+	if dc, ok := st.(*directConn); ok {
+		// Unbuffered, so that file data can be spliced off the socket.
+		fr = agentproto.NewFrameReaderUnbuffered(dc.Conn)
+	} else {
+		fr = agentproto.NewFrameReader(st)
+	}
 	fw := agentproto.NewFrameWriter(st)
 	var req agentproto.Request
 	if err := fr.ReadJSON(&req); err != nil {
@@ -241,11 +284,12 @@ func (s *Server) handle(ctx context.Context, st *yamux.Stream) {
 // errHandled tells handle that the op wrote its own answer.
 var errHandled = errors.New("handled")
 
-func (s *Server) dispatch(ctx context.Context, st *yamux.Stream, fr *agentproto.FrameReader, fw *agentproto.FrameWriter, req *agentproto.Request) (agentproto.Response, error) {
+func (s *Server) dispatch(ctx context.Context, st stream, fr *agentproto.FrameReader, fw *agentproto.FrameWriter, req *agentproto.Request) (agentproto.Response, error) {
 	switch req.Op {
 	case agentproto.OpHello:
 		return agentproto.Response{Hello: &agentproto.Hello{
 			Version: agentproto.ProtocolVersion, Agent: s.cfg.Version, Pid: os.Getpid(),
+			Features: []string{agentproto.FeatureDirect},
 		}}, nil
 	case agentproto.OpPing:
 		return agentproto.Response{}, nil
@@ -345,7 +389,7 @@ func (s *Server) dispatch(ctx context.Context, st *yamux.Stream, fr *agentproto.
 // nothing more: EOF or an error means the client went away. Then it fails
 // pending writes at once (the client no longer reads them). stop ends the
 // watcher and waits for it.
-func watchPeer(st *yamux.Stream, fr *agentproto.FrameReader) (gone <-chan struct{}, stop func()) {
+func watchPeer(st stream, fr *agentproto.FrameReader) (gone <-chan struct{}, stop func()) {
 	ch := make(chan struct{})
 	exited := make(chan struct{})
 	go func() {
@@ -366,7 +410,7 @@ func watchPeer(st *yamux.Stream, fr *agentproto.FrameReader) (gone <-chan struct
 
 // streamEvents sends e's output from offset from on, following it live, then
 // the exit event.
-func (s *Server) streamEvents(ctx context.Context, st *yamux.Stream, fr *agentproto.FrameReader, fw *agentproto.FrameWriter, e *execProc, from int64) {
+func (s *Server) streamEvents(ctx context.Context, st stream, fr *agentproto.FrameReader, fw *agentproto.FrameWriter, e *execProc, from int64) {
 	gone, stop := watchPeer(st, fr)
 	defer stop()
 	cur := outCursor{pos: from}

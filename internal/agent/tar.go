@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/hashicorp/yamux"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/agentproto"
@@ -29,7 +28,7 @@ func (w frameDataWriter) Write(p []byte) (int, error) {
 
 // tarOut sends p (a directory, or a single file) as a tar stream. The whole
 // walk runs as the user: the archive holds exactly what the user may read.
-func (s *Server) tarOut(st *yamux.Stream, fr *agentproto.FrameReader, fw *agentproto.FrameWriter, acct *account, p string) (agentproto.Response, error) {
+func (s *Server) tarOut(st stream, fr *agentproto.FrameReader, fw *agentproto.FrameWriter, acct *account, p string) (agentproto.Response, error) {
 	_, stop := watchPeer(st, fr)
 	defer stop()
 	sent := false
@@ -336,7 +335,7 @@ func unpackEntry(dirfd int, rel string, hdr *tar.Header, tr *tar.Reader, mode ui
 		}
 		*dirs = append(*dirs, dirMode{rel: rel, mode: mode})
 		return nil
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg: // tar.Reader turns the legacy TypeRegA into TypeReg
 		if isDir {
 			return invalid(fmt.Sprintf("tar entry %q: a directory is in the way", rel))
 		}

@@ -8,10 +8,13 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -22,17 +25,41 @@ import (
 const helloTimeout = 10 * time.Second
 
 // Client is a session with one agent. It is safe for concurrent use by many
-// goroutines; each call uses its own multiplexed stream.
+// goroutines; each call uses its own multiplexed stream, or for bulk
+// transfers its own direct connection (see WithDialer).
 type Client struct {
 	sess  *yamux.Session
 	agent agentproto.Hello
+	// direct dials a direct connection for a bulk transfer; nil when the
+	// transport cannot be dialled again or the agent does not take them.
+	direct func(context.Context) (net.Conn, error)
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	dial func(context.Context) (net.Conn, error)
+}
+
+// WithDialer lets the client open direct connections to the agent (a new
+// connection to the same agent per call) for file transfers, when the agent
+// offers them: without yamux in between, a transfer costs fewer copies and
+// the kernel can move the bytes (splice, sendfile). Without it, or if a dial
+// fails, transfers use streams of the session.
+func WithDialer(dial func(ctx context.Context) (net.Conn, error)) Option {
+	return func(o *options) { o.dial = dial }
+}
+
 // New performs the handshake on conn and returns a Client that owns conn.
-func New(conn net.Conn) (*Client, error) {
+func New(conn net.Conn, opts ...Option) (*Client, error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
 	sess, err := yamux.Client(conn, agentproto.YamuxConfig())
 	if err != nil {
 		conn.Close()
@@ -58,6 +85,9 @@ func New(conn net.Conn) (*Client, error) {
 		return nil, errdefs.Wrap(errdefs.ErrUnavailable, "agent speaks protocol %d, want %d", v, agentproto.ProtocolVersion)
 	}
 	c.agent = *resp.Hello
+	if o.dial != nil && slices.Contains(c.agent.Features, agentproto.FeatureDirect) {
+		c.direct = o.dial
+	}
 	return c, nil
 }
 
@@ -116,13 +146,13 @@ func (c *Client) Wait(ctx context.Context, execID string) (agentproto.ExecResult
 // WriteStdin writes data to the exec's stdin; it returns once the process's
 // stdin pipe has taken all of it.
 func (c *Client) WriteStdin(ctx context.Context, execID string, data []byte) error {
-	_, err := c.upload(ctx, agentproto.Request{Op: agentproto.OpStdin, ExecID: execID}, bytesReader(data))
+	_, err := c.upload(ctx, agentproto.Request{Op: agentproto.OpStdin, ExecID: execID}, bytesReader(data), false)
 	return err
 }
 
 // CloseStdin closes the exec's stdin (EOF; on a PTY, the EOF character).
 func (c *Client) CloseStdin(ctx context.Context, execID string) error {
-	_, err := c.upload(ctx, agentproto.Request{Op: agentproto.OpStdin, ExecID: execID, EOF: true}, bytesReader(nil))
+	_, err := c.upload(ctx, agentproto.Request{Op: agentproto.OpStdin, ExecID: execID, EOF: true}, bytesReader(nil), false)
 	return err
 }
 
@@ -151,7 +181,7 @@ func (c *Client) ListExecs(ctx context.Context) ([]agentproto.ExecInfo, error) {
 // ReadFile opens path for reading as user ("" means "user"). The caller must
 // close the reader; cancelling ctx aborts it.
 func (c *Client) ReadFile(ctx context.Context, path, user string) (io.ReadCloser, agentproto.FileInfo, error) {
-	cl, resp, err := c.startResp(ctx, agentproto.Request{Op: agentproto.OpReadFile, Path: path, User: user})
+	cl, resp, err := c.startBulk(ctx, agentproto.Request{Op: agentproto.OpReadFile, Path: path, User: user})
 	if err != nil {
 		return nil, agentproto.FileInfo{}, err
 	}
@@ -159,7 +189,14 @@ func (c *Client) ReadFile(ctx context.Context, path, user string) (io.ReadCloser
 	if resp.File != nil {
 		fi = *resp.File
 	}
-	return &downloadReader{cl: cl}, fi, nil
+	d := &downloadReader{cl: cl, limit: -1}
+	if cl.direct && fi.Type == agentproto.FileTypeFile && fi.Size > 0 {
+		// The agent sends exactly this much (see agentproto): more or less
+		// is a broken transfer, and more must never reach the caller, who
+		// may have announced the size (an HTTP Content-Length).
+		d.limit = fi.Size
+	}
+	return d, fi, nil
 }
 
 // WriteFile stores r's bytes at path as user, creating missing parents. Mode 0
@@ -169,7 +206,7 @@ func (c *Client) WriteFile(ctx context.Context, path, user string, mode os.FileM
 	resp, err := c.upload(ctx, agentproto.Request{
 		Op: agentproto.OpWriteFile, Path: path, User: user,
 		Mode: uint32(mode.Perm()), MaxBytes: maxBytes,
-	}, r)
+	}, r, true)
 	if err != nil {
 		return 0, err
 	}
@@ -220,17 +257,17 @@ func (c *Client) Remove(ctx context.Context, path, user string, recursive bool) 
 
 // TarOut returns directory path as a tar stream. The caller must close it.
 func (c *Client) TarOut(ctx context.Context, path, user string) (io.ReadCloser, error) {
-	cl, _, err := c.startResp(ctx, agentproto.Request{Op: agentproto.OpTarOut, Path: path, User: user})
+	cl, _, err := c.startBulk(ctx, agentproto.Request{Op: agentproto.OpTarOut, Path: path, User: user})
 	if err != nil {
 		return nil, err
 	}
-	return &downloadReader{cl: cl}, nil
+	return &downloadReader{cl: cl, limit: -1}, nil
 }
 
 // TarIn unpacks the tar stream r into directory dir (created if missing).
 // Entries that would land outside dir are rejected with errdefs.ErrInvalidArgument.
 func (c *Client) TarIn(ctx context.Context, dir, user string, r io.Reader) error {
-	_, err := c.upload(ctx, agentproto.Request{Op: agentproto.OpTarIn, Path: dir, User: user}, r)
+	_, err := c.upload(ctx, agentproto.Request{Op: agentproto.OpTarIn, Path: dir, User: user}, r, true)
 	return err
 }
 
@@ -291,15 +328,23 @@ func (s *Stream) Close() error {
 	return nil
 }
 
+// stream carries one call: a yamux stream, or a direct connection.
+type stream interface {
+	io.ReadWriteCloser
+	SetDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+}
+
 // call is one request stream.
 type call struct {
-	c    *Client
-	ctx  context.Context
-	st   *yamux.Stream
-	fw   *agentproto.FrameWriter
-	fr   *agentproto.FrameReader
-	stop func() bool
-	once sync.Once
+	c      *Client
+	ctx    context.Context
+	st     stream
+	direct bool // st is a direct connection
+	fw     *agentproto.FrameWriter
+	fr     *agentproto.FrameReader
+	stop   func() bool
+	once   sync.Once
 }
 
 // open starts a stream for one request and ties it to ctx.
@@ -311,11 +356,39 @@ func (c *Client) open(ctx context.Context) (*call, error) {
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	cl := &call{c: c, ctx: ctx, st: st, fw: agentproto.NewFrameWriter(st), fr: agentproto.NewFrameReader(st)}
+	return c.newCall(ctx, st, agentproto.NewFrameReader(st), false), nil
+}
+
+// newCall wraps st, read through fr, as a call tied to ctx.
+func (c *Client) newCall(ctx context.Context, st stream, fr *agentproto.FrameReader, direct bool) *call {
+	cl := &call{c: c, ctx: ctx, st: st, direct: direct, fw: agentproto.NewFrameWriter(st), fr: fr}
 	// Cancellation unblocks any read or write on the stream at once; the
 	// caller then sees the context's error (see fail).
 	cl.stop = context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
-	return cl, nil
+	return cl
+}
+
+// openBulk starts a call for a file transfer: on a direct connection when
+// the client has them, else on a stream of the session.
+func (c *Client) openBulk(ctx context.Context) (*call, error) {
+	if c.direct == nil {
+		return c.open(ctx)
+	}
+	conn, err := c.direct(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// The session may still work (and will say if the agent is gone).
+		return c.open(ctx)
+	}
+	growSendBuffer(conn)
+	if _, err := io.WriteString(conn, agentproto.DirectPreamble); err != nil {
+		conn.Close()
+		return c.open(ctx)
+	}
+	// Unbuffered: a download's payload stays in the socket for splice.
+	return c.newCall(ctx, conn, agentproto.NewFrameReaderUnbuffered(conn), true), nil
 }
 
 // release ends the call's stream. Safe to call more than once.
@@ -351,6 +424,20 @@ func (c *Client) startResp(ctx context.Context, req agentproto.Request) (*call, 
 	if err != nil {
 		return nil, agentproto.Response{}, err
 	}
+	return cl.begin(req)
+}
+
+// startBulk is startResp for a file transfer (see openBulk).
+func (c *Client) startBulk(ctx context.Context, req agentproto.Request) (*call, agentproto.Response, error) {
+	cl, err := c.openBulk(ctx)
+	if err != nil {
+		return nil, agentproto.Response{}, err
+	}
+	return cl.begin(req)
+}
+
+// begin sends req on the call's stream and reads the first response.
+func (cl *call) begin(req agentproto.Request) (*call, agentproto.Response, error) {
 	if err := cl.fw.WriteJSON(&req); err != nil {
 		cl.release()
 		return nil, agentproto.Response{}, cl.fail(string(req.Op), err)
@@ -380,9 +467,14 @@ func (c *Client) roundTrip(ctx context.Context, req agentproto.Request) (agentpr
 // upload sends req, waits for the agent to be ready, streams r as data frames
 // and returns the final response. The agent may fail the request while data
 // is still flowing (too large, disk full); a reader goroutine catches that
-// response and stops the writer at once.
-func (c *Client) upload(ctx context.Context, req agentproto.Request, r io.Reader) (agentproto.Response, error) {
-	cl, _, err := c.startResp(ctx, req)
+// response and stops the writer at once. bulk sends it as a file transfer
+// (see openBulk), with full frames.
+func (c *Client) upload(ctx context.Context, req agentproto.Request, r io.Reader, bulk bool) (agentproto.Response, error) {
+	start := c.startResp
+	if bulk {
+		start = c.startBulk
+	}
+	cl, _, err := start(ctx, req)
 	if err != nil {
 		return agentproto.Response{}, err
 	}
@@ -403,7 +495,12 @@ func (c *Client) upload(ctx context.Context, req agentproto.Request, r io.Reader
 		done <- result{resp, err}
 	}()
 
-	_, werr := cl.fw.ReadFrom(r)
+	var werr error
+	if cl.direct {
+		_, werr = cl.fw.CopyFrom(r, agentproto.DirectChunk)
+	} else {
+		_, werr = cl.fw.ReadFrom(r)
+	}
 	if werr == nil {
 		werr = cl.fw.WriteEnd()
 	}
@@ -436,6 +533,130 @@ type downloadReader struct {
 	buf  []byte
 	err  error
 	done bool
+	// limit is the exact size the agent announced, -1 if none; n counts
+	// what arrived.
+	limit, n int64
+}
+
+// overrun reports whether a frame of k more bytes would pass the limit.
+func (d *downloadReader) overrun(k int) bool {
+	return d.limit >= 0 && d.n+int64(k) > d.limit
+}
+
+// short reports whether the transfer ended before the announced size.
+func (d *downloadReader) short() bool { return d.limit >= 0 && d.n < d.limit }
+
+// frameError turns a header frame inside a download into its error.
+func frameError(payload []byte) error {
+	var resp agentproto.Response
+	if err := agentproto.DecodeJSON(payload, &resp); err != nil {
+		return fmt.Errorf("%w: %w", errdefs.ErrInternal, err)
+	}
+	if resp.Error != nil {
+		return agentError(resp.Error)
+	}
+	return errdefs.Wrap(errdefs.ErrInternal, "unexpected response in data")
+}
+
+var errOverrun = errdefs.Wrap(errdefs.ErrInternal, "agent sent more data than it announced")
+
+// WriteTo copies the rest of the download to w. On a direct connection each
+// payload goes through io.Copy from the socket itself, which a w backed by
+// a socket (net/http's response writer) turns into splice(2).
+func (d *downloadReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	if len(d.buf) > 0 {
+		k, err := w.Write(d.buf)
+		total += int64(k)
+		d.buf = d.buf[k:]
+		if err != nil {
+			return total, err
+		}
+	}
+	for d.err == nil {
+		if !d.cl.direct {
+			t, payload, err := d.cl.fr.Next()
+			if err != nil {
+				d.fail(d.cl.fail("reading data", err))
+				break
+			}
+			if t != agentproto.FrameData {
+				d.endFrame(t, payload)
+				break
+			}
+			k, err := w.Write(payload)
+			total += int64(k)
+			d.n += int64(k)
+			if err != nil {
+				d.fail(err)
+				return total, err
+			}
+			continue
+		}
+		t, n, err := d.cl.fr.NextHeader()
+		if err != nil {
+			d.fail(d.cl.fail("reading data", err))
+			break
+		}
+		if t != agentproto.FrameData {
+			var payload []byte
+			if n > 0 {
+				payload = make([]byte, n)
+				if _, err := io.ReadFull(d.cl.fr.Payload(n), payload); err != nil {
+					d.fail(d.cl.fail("reading data", err))
+					break
+				}
+			}
+			d.endFrame(t, payload)
+			break
+		}
+		if d.overrun(n) {
+			d.fail(errOverrun)
+			break
+		}
+		k, err := io.Copy(w, d.cl.fr.Payload(n))
+		total += k
+		d.n += k
+		if err == nil && k < int64(n) {
+			err = d.cl.fail("reading data", io.ErrUnexpectedEOF)
+		}
+		if err != nil {
+			// The error may be w's as well as the connection's; a
+			// cancelled call says so (fail) rather than "i/o timeout".
+			if d.cl.ctx.Err() != nil {
+				err = d.cl.fail("reading data", err)
+			}
+			d.fail(err)
+			return total, err
+		}
+	}
+	if d.err == io.EOF {
+		return total, nil
+	}
+	return total, d.err
+}
+
+// fail ends the download with err and releases the call.
+func (d *downloadReader) fail(err error) {
+	d.err = err
+	d.cl.release()
+}
+
+// endFrame handles a frame other than data: the end, or a failure.
+func (d *downloadReader) endFrame(t agentproto.FrameType, payload []byte) {
+	switch t {
+	case agentproto.FrameEnd:
+		if d.short() {
+			d.fail(d.cl.fail("reading data", io.ErrUnexpectedEOF))
+			return
+		}
+		d.done = true
+		d.fail(io.EOF)
+	case agentproto.FrameHeader:
+		d.fail(frameError(payload))
+	default:
+		d.fail(errdefs.Wrap(errdefs.ErrInternal, "unexpected frame %q in data", byte(t)))
+	}
 }
 
 func (d *downloadReader) Read(p []byte) (int, error) {
@@ -445,31 +666,19 @@ func (d *downloadReader) Read(p []byte) (int, error) {
 		}
 		t, payload, err := d.cl.fr.Next()
 		if err != nil {
-			d.err = d.cl.fail("reading data", err)
-			d.cl.release()
+			d.fail(d.cl.fail("reading data", err))
 			return 0, d.err
 		}
-		switch t {
-		case agentproto.FrameData:
-			d.buf = payload
-		case agentproto.FrameEnd:
-			d.err = io.EOF
-			d.done = true
-			d.cl.release()
-		case agentproto.FrameHeader:
-			var resp agentproto.Response
-			if err := agentproto.DecodeJSON(payload, &resp); err != nil {
-				d.err = fmt.Errorf("%w: %w", errdefs.ErrInternal, err)
-			} else if resp.Error != nil {
-				d.err = agentError(resp.Error)
-			} else {
-				d.err = errdefs.Wrap(errdefs.ErrInternal, "unexpected response in data")
-			}
-			d.cl.release()
-		default:
-			d.err = errdefs.Wrap(errdefs.ErrInternal, "unexpected frame %q in data", byte(t))
-			d.cl.release()
+		if t != agentproto.FrameData {
+			d.endFrame(t, payload)
+			continue
 		}
+		if d.overrun(len(payload)) {
+			d.fail(errOverrun)
+			return 0, d.err
+		}
+		d.n += int64(len(payload))
+		d.buf = payload
 	}
 	n := copy(p, d.buf)
 	d.buf = d.buf[n:]
@@ -541,4 +750,28 @@ func (s *sliceReader) Read(p []byte) (int, error) {
 	n := copy(p, s.b)
 	s.b = s.b[n:]
 	return n, nil
+}
+
+// directSendBuffer is the send buffer asked for on a direct connection: a
+// unix socket's default (about 200 KiB) makes the writer block, and the agent
+// wake, five times per data frame.
+const directSendBuffer = 4 * agentproto.DirectChunk
+
+// growSendBuffer raises conn's send buffer to directSendBuffer. Root may pass
+// the system maximum (SO_SNDBUFFORCE); anyone else gets what SO_SNDBUF
+// allows. Best effort: the transfer works either way.
+func growSendBuffer(conn net.Conn) {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, directSendBuffer) != nil {
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, directSendBuffer)
+		}
+	})
 }

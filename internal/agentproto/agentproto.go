@@ -20,6 +20,16 @@
 //     final Response. The agent may send a failing Response at any time and
 //     stop reading; the client must stop sending when it sees one.
 //   - every other Op: just the Response.
+//
+// Direct connections. Where the transport can be dialled more than once (a
+// unix socket), bulk transfers (OpReadFile, OpWriteFile, OpTarOut, OpTarIn)
+// may run on a connection of their own instead of a yamux stream: the client
+// sends DirectPreamble and then exactly what it would send on a stream, and
+// the connection carries that one request. Without yamux in between, the
+// bytes are copied once less on each side and may be moved by the kernel
+// (splice, sendfile). A client uses them only with an agent whose Hello lists
+// FeatureDirect; on a direct OpReadFile of a regular file the agent sends
+// exactly the size its Response announced, or breaks the connection.
 package agentproto
 
 import (
@@ -115,7 +125,23 @@ type Hello struct {
 	Agent string `json:"agent,omitempty"`
 	// Pid is the agent's pid in its own pid namespace (1 when it is init).
 	Pid int `json:"pid,omitempty"`
+	// Features lists optional parts of the protocol the agent serves
+	// (FeatureDirect); a peer ignores names it does not know.
+	Features []string `json:"features,omitempty"`
 }
+
+// FeatureDirect says that the agent accepts direct connections (see the
+// package documentation).
+const FeatureDirect = "direct"
+
+// DirectPreamble opens a direct connection. Its first byte can never start
+// a yamux session (whose first byte is the yamux version, 0), so an agent
+// tells the two apart from one byte.
+const DirectPreamble = "AIRLOCK-DIRECT/1\n"
+
+// DirectChunk is the data frame size on direct connections: with no other
+// stream to interleave with, larger frames only cut per-frame costs.
+const DirectChunk = 1 << 20
 
 // ExecRequest starts a process.
 type ExecRequest struct {

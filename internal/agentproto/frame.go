@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // FrameType is the first byte of every frame.
@@ -115,6 +116,62 @@ func (fw *FrameWriter) ReadFrom(r io.Reader) (int64, error) {
 	}
 }
 
+// chunkBufs recycles CopyFrom's frame buffers: a direct upload needs one of
+// DirectChunk, and most uploads are far smaller than the buffer.
+var chunkBufs = sync.Pool{New: func() any { b := make([]byte, frameHeaderLen+DirectChunk); return &b }}
+
+// CopyFrom is ReadFrom for bulk transfers: it fills each data frame up to
+// chunk bytes (at most DirectChunk) before sending it, so a source that
+// returns small reads (a socket) still makes few, large frames. A partial
+// frame waits for more input, so it suits uploads, not interactive streams.
+func (fw *FrameWriter) CopyFrom(r io.Reader, chunk int) (int64, error) {
+	chunk = min(max(chunk, 1), DirectChunk)
+	bp := chunkBufs.Get().(*[]byte)
+	defer chunkBufs.Put(bp)
+	buf := (*bp)[:frameHeaderLen+chunk]
+	var total int64
+	for {
+		// Not io.ReadFull: it turns a source's own io.ErrUnexpectedEOF (an
+		// HTTP body whose client left half way) into a clean end.
+		n := frameHeaderLen
+		var rerr error
+		for n < len(buf) && rerr == nil {
+			var k int
+			k, rerr = r.Read(buf[n:])
+			n += k
+		}
+		if n -= frameHeaderLen; n > 0 {
+			buf[0] = byte(FrameData)
+			binary.BigEndian.PutUint32(buf[1:], uint32(n))
+			if _, err := fw.w.Write(buf[:frameHeaderLen+n]); err != nil {
+				return total, err
+			}
+			total += int64(n)
+		}
+		switch rerr {
+		case nil:
+		case io.EOF:
+			return total, nil
+		default:
+			return total, &SourceError{Err: rerr}
+		}
+	}
+}
+
+// WriteHeader writes only the header of a frame of type t with an n-byte
+// payload. The caller then writes exactly n bytes to the stream itself, e.g.
+// by sendfile(2) from a file.
+func (fw *FrameWriter) WriteHeader(t FrameType, n int) error {
+	if n < 0 || n > MaxFramePayload {
+		return ErrFrameTooLarge
+	}
+	var hdr [frameHeaderLen]byte
+	hdr[0] = byte(t)
+	binary.BigEndian.PutUint32(hdr[1:], uint32(n))
+	_, err := fw.w.Write(hdr[:])
+	return err
+}
+
 // SourceError wraps an error of the reader given to FrameWriter.ReadFrom, so
 // callers can tell it from a failure of the stream.
 type SourceError struct{ Err error }
@@ -171,7 +228,7 @@ func streamName(b byte) string {
 
 // FrameReader reads frames from a stream. It is not safe for concurrent use.
 type FrameReader struct {
-	r   *bufio.Reader
+	r   io.Reader // a bufio.Reader, or the stream itself when unbuffered
 	hdr [frameHeaderLen]byte
 	buf []byte
 }
@@ -181,18 +238,44 @@ func NewFrameReader(r io.Reader) *FrameReader {
 	return &FrameReader{r: bufio.NewReaderSize(r, 4<<10)}
 }
 
+// NewFrameReaderUnbuffered returns a FrameReader that never reads ahead of
+// the current frame: after NextHeader, the payload is still in r, where the
+// kernel can move it (Payload). For direct connections, whose frames are
+// large enough that two reads per frame cost nothing.
+func NewFrameReaderUnbuffered(r io.Reader) *FrameReader {
+	return &FrameReader{r: r}
+}
+
+// NextHeader reads the next frame's header and returns its type and payload
+// length, leaving the payload unread: the caller must consume exactly n bytes
+// through Payload before reading another frame. End of stream is as in Next.
+func (fr *FrameReader) NextHeader() (FrameType, int, error) {
+	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {
+		return 0, 0, err
+	}
+	n := binary.BigEndian.Uint32(fr.hdr[1:])
+	if n > MaxFramePayload {
+		return 0, 0, ErrFrameTooLarge
+	}
+	return FrameType(fr.hdr[0]), int(n), nil
+}
+
+// Payload returns a reader of the next n payload bytes (n from NextHeader).
+// On an unbuffered FrameReader it reads the stream itself, so that an
+// *os.File or *net.TCPConn given it to ReadFrom can splice it.
+func (fr *FrameReader) Payload(n int) *io.LimitedReader {
+	return &io.LimitedReader{R: fr.r, N: int64(n)}
+}
+
 // Next reads the next frame. The payload is valid until the next call.
 // A stream that ends cleanly between frames gives io.EOF; one that ends inside
 // a frame gives io.ErrUnexpectedEOF.
 func (fr *FrameReader) Next() (FrameType, []byte, error) {
-	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {
+	t, n, err := fr.NextHeader()
+	if err != nil {
 		return 0, nil, err
 	}
-	n := binary.BigEndian.Uint32(fr.hdr[1:])
-	if n > MaxFramePayload {
-		return 0, nil, ErrFrameTooLarge
-	}
-	if cap(fr.buf) < int(n) {
+	if cap(fr.buf) < n {
 		fr.buf = make([]byte, n)
 	}
 	p := fr.buf[:n]
@@ -202,7 +285,7 @@ func (fr *FrameReader) Next() (FrameType, []byte, error) {
 		}
 		return 0, nil, err
 	}
-	return FrameType(fr.hdr[0]), p, nil
+	return t, p, nil
 }
 
 // ReadJSON reads a frame that must be a header frame and decodes it into v.

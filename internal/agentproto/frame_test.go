@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -100,6 +101,10 @@ func TestFrameReaderErrors(t *testing.T) {
 	})
 }
 
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
 type brokenReader struct{}
 
 func (brokenReader) Read([]byte) (int, error) { return 0, errors.New("disk on fire") }
@@ -116,5 +121,124 @@ func TestErrorText(t *testing.T) {
 	e := &Error{Code: CodeNotFound, Message: "exec \"x\" not found"}
 	if e.Error() != `not_found: exec "x" not found` {
 		t.Fatal(e.Error())
+	}
+}
+
+// trickleReader returns at most n bytes per Read, like a socket.
+type trickleReader struct {
+	r io.Reader
+	n int
+}
+
+func (t *trickleReader) Read(p []byte) (int, error) { return t.r.Read(p[:min(len(p), t.n)]) }
+
+func TestCopyFromFillsFrames(t *testing.T) {
+	tests := []struct {
+		name       string
+		size       int
+		chunk      int
+		wantFrames []int
+	}{
+		{"empty", 0, 1000, nil},
+		{"one_partial", 10, 1000, []int{10}},
+		{"exact", 2000, 1000, []int{1000, 1000}},
+		{"remainder", 2500, 1000, []int{1000, 1000, 500}},
+		{"chunk_capped", DirectChunk + 3, 4 * DirectChunk, []int{DirectChunk, 3}},
+		{"chunk_floor", 3, 0, []int{1, 1, 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data := make([]byte, tt.size)
+			for i := range data {
+				data[i] = byte(i * 31)
+			}
+			var buf bytes.Buffer
+			// Reads of 7 bytes at most: frames must still be full.
+			n, err := NewFrameWriter(&buf).CopyFrom(&trickleReader{bytes.NewReader(data), 7}, tt.chunk)
+			if err != nil || n != int64(tt.size) {
+				t.Fatalf("CopyFrom = %d, %v", n, err)
+			}
+			fr := NewFrameReader(&buf)
+			var got []int
+			var back []byte
+			for {
+				typ, p, err := fr.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil || typ != FrameData {
+					t.Fatalf("frame %q %v", typ, err)
+				}
+				got = append(got, len(p))
+				back = append(back, p...)
+			}
+			if !slices.Equal(got, tt.wantFrames) || !bytes.Equal(back, data) {
+				t.Fatalf("frames %v, want %v (data equal: %v)", got, tt.wantFrames, bytes.Equal(back, data))
+			}
+		})
+	}
+	t.Run("source_unexpected_eof", func(t *testing.T) {
+		// A truncated source (an HTTP body whose client left) must not
+		// look like the end of the data.
+		src := io.MultiReader(bytes.NewReader([]byte("abc")), errReader{io.ErrUnexpectedEOF})
+		_, err := NewFrameWriter(io.Discard).CopyFrom(src, 1000)
+		var se *SourceError
+		if !errors.As(err, &se) || !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("err = %v, want the source's io.ErrUnexpectedEOF as a SourceError", err)
+		}
+	})
+	t.Run("source_error", func(t *testing.T) {
+		var buf bytes.Buffer
+		src := io.MultiReader(bytes.NewReader([]byte("abc")), brokenReader{})
+		n, err := NewFrameWriter(&buf).CopyFrom(src, 1000)
+		var se *SourceError
+		if !errors.As(err, &se) || se.Err.Error() != "disk on fire" || n != 3 {
+			t.Fatalf("CopyFrom = %d, %v: want the 3 bytes read, then the SourceError", n, err)
+		}
+	})
+}
+
+func TestUnbufferedPayload(t *testing.T) {
+	var buf bytes.Buffer
+	fw := NewFrameWriter(&buf)
+	if err := fw.WriteJSON(&Request{Op: OpReadFile}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fw.WriteHeader(FrameData, 5); err != nil {
+		t.Fatal(err)
+	}
+	buf.WriteString("hello")
+	_ = fw.WriteEnd()
+	buf.WriteString("trailing")
+	if err := fw.WriteHeader(FrameData, MaxFramePayload+1); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("oversized header: %v", err)
+	}
+
+	fr := NewFrameReaderUnbuffered(&buf)
+	var req Request
+	if err := fr.ReadJSON(&req); err != nil || req.Op != OpReadFile {
+		t.Fatalf("header %+v %v", req, err)
+	}
+	typ, n, err := fr.NextHeader()
+	if err != nil || typ != FrameData || n != 5 {
+		t.Fatalf("NextHeader = %q %d %v", typ, n, err)
+	}
+	// The reader has not read ahead: the payload is still in the stream.
+	if !strings.HasPrefix(buf.String(), "hello") {
+		t.Fatalf("stream after the header: %q", buf.String())
+	}
+	p := fr.Payload(n)
+	if p.R != io.Reader(&buf) {
+		t.Fatal("Payload of an unbuffered reader must read the stream itself")
+	}
+	b, err := io.ReadAll(p)
+	if err != nil || string(b) != "hello" {
+		t.Fatalf("payload %q %v", b, err)
+	}
+	if typ, _, err := fr.Next(); err != nil || typ != FrameEnd {
+		t.Fatalf("end %q %v", typ, err)
+	}
+	if buf.String() != "trailing" {
+		t.Fatalf("read past the last frame: %q left", buf.String())
 	}
 }

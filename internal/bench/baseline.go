@@ -14,54 +14,104 @@ import (
 	"time"
 )
 
-// forkExec times a local fork/exec of /bin/echo, the floor of any exec.
-func forkExec(ctx context.Context, n int) (Samples, error) {
-	var s Samples
-	for i := -5; i < n; i++ {
+// A baseline is a local operation timed beside the airlock measurement it
+// is the floor of. Run interleaves their samples (one airlock sample, one
+// baseline sample) so that both see the same load on a shared host: a
+// baseline taken minutes apart from its measurement makes the ratio
+// measure the neighbours as much as airlock.
+type baseline struct {
+	name string
+	// once times one run of the operation.
+	once func(ctx context.Context) (time.Duration, error)
+	// close removes what the baseline made.
+	close func() error
+	// samples are the measured runs; err is the first failure, after which
+	// the baseline is not run again.
+	samples Samples
+	err     error
+}
+
+// sample runs the baseline once if it has not failed; keep says whether the
+// run counts (warm-up runs do not).
+func (b *baseline) sample(ctx context.Context, keep bool) {
+	if b == nil || b.err != nil {
+		return
+	}
+	d, err := b.once(ctx)
+	if err != nil {
+		b.err = err
+		return
+	}
+	if keep {
+		b.samples = append(b.samples, d)
+	}
+}
+
+// finish closes the baseline and returns its samples, or nil and a note
+// saying why there are none.
+func (b *baseline) finish() (Samples, string) {
+	if b == nil {
+		return nil, ""
+	}
+	if b.close != nil {
+		if err := b.close(); err != nil && b.err == nil {
+			b.err = err
+		}
+	}
+	if b.err != nil {
+		return nil, b.name + " baseline failed: " + b.err.Error()
+	}
+	return b.samples, ""
+}
+
+// forkExecBaseline times a local fork/exec of /bin/echo, the floor of any
+// exec.
+func forkExecBaseline() *baseline {
+	return &baseline{name: "fork/exec", once: func(ctx context.Context) (time.Duration, error) {
 		start := time.Now()
 		out, err := exec.CommandContext(ctx, "/bin/echo", "hi").Output()
 		d := time.Since(start)
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
 		if string(out) != "hi\n" {
-			return nil, fmt.Errorf("echo printed %q", out)
+			return 0, fmt.Errorf("echo printed %q", out)
 		}
-		if i >= 0 {
-			s = append(s, d)
-		}
-	}
-	return s, nil
+		return d, nil
+	}}
 }
 
-// localCp times `cp` of data from one local file to another, the floor of a
-// file transfer on this host.
-func localCp(ctx context.Context, workDir string, data []byte, n int) (Samples, error) {
+// cpBaseline times `cp` of data from one local file to another, the floor of
+// a file transfer on this host. The target is removed before each run,
+// outside the timing.
+func cpBaseline(workDir string, data []byte) (*baseline, error) {
 	dir, err := os.MkdirTemp(workDir, "airlock-bench-cp-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
 	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
 	if err := os.WriteFile(src, data, 0o600); err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
-	var s Samples
-	for range n {
-		os.Remove(dst)
-		start := time.Now()
-		if out, err := exec.CommandContext(ctx, "cp", src, dst).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("cp: %v: %s", err, out)
-		}
-		s = append(s, time.Since(start))
-	}
-	return s, nil
+	return &baseline{
+		name: "cp",
+		once: func(ctx context.Context) (time.Duration, error) {
+			os.Remove(dst)
+			start := time.Now()
+			if out, err := exec.CommandContext(ctx, "cp", src, dst).CombinedOutput(); err != nil {
+				return 0, fmt.Errorf("cp: %v: %s", err, out)
+			}
+			return time.Since(start), nil
+		},
+		close: func() error { return os.RemoveAll(dir) },
+	}, nil
 }
 
-// bareRunc times `runc run` of /bin/true in rootfs with runc's default spec
-// (namespaces, read-only root, no user namespace, no network setup): what a
-// container costs before anything airlock adds.
-func bareRunc(ctx context.Context, runcPath, rootfs, workDir string, n int) (s Samples, err error) {
+// runcBaseline times `runc run` of /bin/true in rootfs with runc's default
+// spec (namespaces, read-only root, no user namespace, no network setup):
+// what a container costs before anything airlock adds.
+func runcBaseline(ctx context.Context, runcPath, rootfs, workDir string) (*baseline, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("needs root")
 	}
@@ -72,50 +122,69 @@ func bareRunc(ctx context.Context, runcPath, rootfs, workDir string, n int) (s S
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	group := "airlock-bench-" + hex.EncodeToString(b)
 	// runc leaves empty cgroup directories behind: remove ours even when a
 	// run failed.
-	defer func() {
-		if cerr := removeCgroups(group); cerr != nil && err == nil {
-			err = cerr
-		}
-	}()
+	cleanup := func() error {
+		err := removeCgroups(group)
+		return errors.Join(err, os.RemoveAll(dir))
+	}
 	bundle, state := filepath.Join(dir, "bundle"), filepath.Join(dir, "state")
 	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		cleanup()
 		return nil, err
 	}
 	if out, err := exec.CommandContext(ctx, runcPath, "spec", "--bundle", bundle).CombinedOutput(); err != nil {
+		cleanup()
 		return nil, fmt.Errorf("runc spec: %v: %s", err, out)
 	}
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
+		cleanup()
 		return nil, err
 	}
-	defer devnull.Close()
-	for i := -1; i < n; i++ {
-		id := fmt.Sprintf("%s-%d", group, i+1)
-		if err := writeSpec(filepath.Join(bundle, "config.json"), rootfs, "/"+group+"/"+id); err != nil {
-			return nil, err
-		}
-		cmd := exec.CommandContext(ctx, runcPath, "--root", state, "run", "--bundle", bundle, id)
-		// Never a pipe: runc hands its stdio to the container.
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
-		start := time.Now()
-		err := cmd.Run()
-		d := time.Since(start)
-		if err != nil {
-			// Clean up a half-made container before reporting.
-			_ = exec.Command(runcPath, "--root", state, "delete", "--force", id).Run()
-			return nil, fmt.Errorf("runc run: %w", err)
-		}
-		if i >= 0 {
-			s = append(s, d)
-		}
+	i := 0
+	return &baseline{
+		name: "bare runc",
+		once: func(ctx context.Context) (time.Duration, error) {
+			id := fmt.Sprintf("%s-%d", group, i)
+			i++
+			if err := writeSpec(filepath.Join(bundle, "config.json"), rootfs, "/"+group+"/"+id); err != nil {
+				return 0, err
+			}
+			cmd := exec.CommandContext(ctx, runcPath, "--root", state, "run", "--bundle", bundle, id)
+			// Never a pipe: runc hands its stdio to the container.
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
+			start := time.Now()
+			err := cmd.Run()
+			d := time.Since(start)
+			if err != nil {
+				// Clean up a half-made container before reporting.
+				_ = exec.Command(runcPath, "--root", state, "delete", "--force", id).Run()
+				return 0, fmt.Errorf("runc run: %w", err)
+			}
+			return d, nil
+		},
+		close: func() error {
+			devnull.Close()
+			return cleanup()
+		},
+	}, nil
+}
+
+// bareRunc runs the runc baseline n times after one warm-up run.
+func bareRunc(ctx context.Context, runcPath, rootfs, workDir string, n int) (Samples, error) {
+	b, err := runcBaseline(ctx, runcPath, rootfs, workDir)
+	if err != nil {
+		return nil, err
 	}
-	return s, nil
+	for i := -1; i < n; i++ {
+		b.sample(ctx, i >= 0)
+	}
+	s, _ := b.finish()
+	return s, b.err
 }
 
 // writeSpec adapts runc's default spec: the rootfs, /bin/true without a

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -90,8 +92,11 @@ func TestRowsJudgeTargets(t *testing.T) {
 		ratio float64
 		ok    bool
 	}{{50.0 / 30, true}, {2, true}, {1, true}, {0.5, true}, {1.0 / 3, false}}
-	if len(rows) != len(want) {
+	if len(rows) != len(want)+1 {
 		t.Fatalf("%d rows", len(rows))
+	}
+	if idle := rows[len(want)]; idle.OK != nil || idle.Airlock != "n/a" {
+		t.Errorf("idle row judged without a measurement: %+v", idle)
 	}
 	for i, w := range want {
 		if math.Abs(rows[i].Ratio-w.ratio) > 1e-9 || rows[i].OK == nil || *rows[i].OK != w.ok {
@@ -127,6 +132,76 @@ func TestRowsJudgeTargets(t *testing.T) {
 	}
 }
 
+func TestIdleRow(t *testing.T) {
+	tests := []struct {
+		name     string
+		rss, pss int64
+		ok       bool
+	}{
+		{"under", 5 << 20, 3 << 20, true},
+		{"at", 8 << 20, 4 << 20, true},
+		{"over", 8<<20 + 1, 4 << 20, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &Report{Idle: &IdleMemory{Sandboxes: 10, Procs: 10, RSSBytes: tt.rss, PSSBytes: tt.pss}}
+			rows := r.Rows()
+			row := rows[len(rows)-1]
+			if row.OK == nil || *row.OK != tt.ok || !strings.Contains(row.Metric, "mean of 10") {
+				t.Fatalf("row %+v, want ok %v", row, tt.ok)
+			}
+			if want := fmt.Sprintf("RSS %.1f MiB, PSS %.1f MiB", float64(tt.rss)/(1<<20), float64(tt.pss)/(1<<20)); row.Airlock != want {
+				t.Errorf("airlock %q, want %q", row.Airlock, want)
+			}
+			if r.AllMet() != tt.ok {
+				t.Errorf("AllMet = %v", r.AllMet())
+			}
+		})
+	}
+}
+
+// TestSandboxProcesses reads a fake /proc: two sandboxes' processes found by
+// their cgroups (v1 and v2 lines), memory summed from smaps_rollup.
+func TestSandboxProcesses(t *testing.T) {
+	root := t.TempDir()
+	procs := map[string]struct{ cgroup, smaps string }{
+		"10":   {"12:memory:/airlock/sbx_a\n11:pids:/airlock/sbx_a\n0::/\n", "Rss:  4096 kB\nPss:  1024 kB\nShared_Clean: 3072 kB\n"},
+		"11":   {"12:memory:/airlock/sbx_a/child\n0::/\n", "Rss: 1024 kB\nPss: 512 kB\n"},
+		"20":   {"0::/airlock/sbx_b\n", "Rss: 2048 kB\nPss: 2048 kB\n"},
+		"30":   {"12:memory:/airlock/sbx_ab\n0::/user.slice\n", "Rss: 9 kB\nPss: 9 kB\n"},
+		"self": {"0::/\n", ""},
+	}
+	for pid, p := range procs {
+		dir := filepath.Join(root, pid)
+		os.MkdirAll(dir, 0o755)
+		os.WriteFile(filepath.Join(dir, "cgroup"), []byte(p.cgroup), 0o644)
+		os.WriteFile(filepath.Join(dir, "smaps_rollup"), []byte(p.smaps), 0o644)
+	}
+	old := procRoot
+	procRoot = root
+	t.Cleanup(func() { procRoot = old })
+
+	pids, err := sandboxPids([]string{"sbx_a", "sbx_b", "sbx_c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(pids["sbx_a"])
+	if !slices.Equal(pids["sbx_a"], []int{10, 11}) || !slices.Equal(pids["sbx_b"], []int{20}) || len(pids["sbx_c"]) != 0 {
+		t.Fatalf("pids = %v", pids)
+	}
+	rss, pss, err := processMemory(10)
+	if err != nil || rss != 4096<<10 || pss != 1024<<10 {
+		t.Fatalf("processMemory = %d %d %v", rss, pss, err)
+	}
+	if _, _, err := processMemory(99); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing process: %v", err)
+	}
+	os.WriteFile(filepath.Join(root, "20", "smaps_rollup"), []byte("Rss: lots kB\nPss: 1 kB\n"), 0o644)
+	if _, _, err := processMemory(20); err == nil {
+		t.Error("garbage smaps_rollup parsed")
+	}
+}
+
 func deref(b *bool) any {
 	if b == nil {
 		return nil
@@ -140,6 +215,7 @@ type fakeServer struct {
 	live            map[string]bool
 	created, execs  int
 	uploaded, reads int64
+	removed         int
 	failExec        bool
 	data            []byte
 }
@@ -188,6 +264,12 @@ func (f *fakeServer) handler() http.Handler {
 		w.WriteHeader(201)
 		json.NewEncoder(w).Encode(api.FileWritten{Path: r.URL.Query().Get("path"), Size: int64(len(b))})
 	})
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}/fs", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.removed++
+		f.mu.Unlock()
+		w.WriteHeader(204)
+	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}/files", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		b := f.data
@@ -213,7 +295,8 @@ func newBenchClient(t *testing.T, h http.Handler) *client.Client {
 func TestRunAgainstFakeServer(t *testing.T) {
 	f := &fakeServer{live: map[string]bool{}}
 	c := newBenchClient(t, f.handler())
-	r, err := Run(context.Background(), Config{Client: c, CreateRuns: 3, ExecRuns: 7, FileRuns: 2, FileBytes: 1 << 20, WorkDir: t.TempDir()})
+	r, err := Run(context.Background(), Config{Client: c, CreateRuns: 3, ExecRuns: 7, FileRuns: 2, FileBytes: 1 << 20,
+		IdleSandboxes: 2, IdleSettle: time.Millisecond, WorkDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,19 +308,24 @@ func TestRunAgainstFakeServer(t *testing.T) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	// 1 warm-up + 3 measured creates, + 1 for exec and files.
-	if f.created != 5 || len(f.live) != 0 {
+	// 1 warm-up + 3 measured creates, + 1 for exec and files, + 2 idle.
+	if f.created != 7 || len(f.live) != 0 {
 		t.Errorf("created %d sandboxes, %d left", f.created, len(f.live))
 	}
 	// 4 `true` + 5 warm-up + 7 measured echos.
 	if f.execs != 16 {
 		t.Errorf("execs = %d, want 16", f.execs)
 	}
-	if f.uploaded != 2<<20 || f.reads != 2 {
-		t.Errorf("uploaded %d bytes, %d reads", f.uploaded, f.reads)
+	if f.uploaded != 2<<20 || f.reads != 2 || f.removed != 2 {
+		t.Errorf("uploaded %d bytes, %d reads, %d removes", f.uploaded, f.reads, f.removed)
 	}
-	if !strings.Contains(strings.Join(r.Notes, "\n"), "no --rootfs") {
+	notes := strings.Join(r.Notes, "\n")
+	if !strings.Contains(notes, "no --rootfs") {
 		t.Errorf("notes %v", r.Notes)
+	}
+	// The fake server's sandboxes have no processes on this host.
+	if r.Idle != nil || !strings.Contains(notes, "idle memory not measured: no process of sandbox") {
+		t.Errorf("idle %+v, notes %v", r.Idle, r.Notes)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/airlockhq/airlock/client"
 )
@@ -31,10 +32,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&key, "api-key", os.Getenv(client.EnvAPIKey), "API key (env AIRLOCK_API_KEY)")
 	fs.StringVar(&cfg.Template, "template", "", "template of the sandboxes (server default)")
 	fs.StringVar(&cfg.Runtime, "runtime", "", "runtime of the sandboxes (server default)")
-	fs.IntVar(&cfg.CreateRuns, "create-runs", 10, "measured create → first result runs (and bare runc runs)")
-	fs.IntVar(&cfg.ExecRuns, "exec-runs", 200, "measured exec round trips (and fork/exec runs)")
-	fs.IntVar(&cfg.FileRuns, "file-runs", 3, "measured upload/download runs (and cp runs)")
+	fs.IntVar(&cfg.CreateRuns, "create-runs", 20, "measured create → first result runs (and bare runc runs)")
+	fs.IntVar(&cfg.ExecRuns, "exec-runs", 1000, "measured exec round trips (and fork/exec runs)")
+	fs.IntVar(&cfg.FileRuns, "file-runs", 7, "measured upload/download runs (and cp runs)")
 	fs.Int64Var(&fileMB, "file-mb", 100, "size of the file transfer in MiB")
+	fs.IntVar(&cfg.IdleSandboxes, "idle-sandboxes", 10, "idle sandboxes to measure memory on (negative: skip; needs root on the server's host)")
+	fs.DurationVar(&cfg.IdleSettle, "idle-settle", 2*time.Second, "how long the idle sandboxes idle before the measurement")
 	fs.StringVar(&cfg.Rootfs, "rootfs", "", "the template's rootfs on this host, for the bare runc baseline (e.g. <data-dir>/templates/base/1/rootfs)")
 	fs.StringVar(&cfg.RuncPath, "runc", "runc", "runc binary for the baseline")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "scratch directory for the baselines (default $TMPDIR)")

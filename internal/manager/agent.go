@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/agentclient"
@@ -34,14 +35,25 @@ func (sb *sandbox) agent(ctx context.Context) (*agentclient.Client, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, sb.m.cfg.AgentDialTimeout)
 	defer cancel()
+	start := time.Now()
 	conn, err := sb.drv.DialAgent(dctx, sb.id)
 	if err != nil {
 		return nil, fmt.Errorf("dialling agent: %w", err)
 	}
-	c, err := agentclient.New(conn)
+	dialled := time.Now()
+	// File transfers dial connections of their own (see agentclient).
+	dialDirect := func(ctx context.Context) (net.Conn, error) {
+		dctx, cancel := context.WithTimeout(ctx, sb.m.cfg.AgentDialTimeout)
+		defer cancel()
+		return sb.drv.DialAgent(dctx, sb.id)
+	}
+	c, err := agentclient.New(conn, agentclient.WithDialer(dialDirect))
 	if err != nil {
 		return nil, fmt.Errorf("agent handshake: %w", err)
 	}
+	// At create, dial_us is mostly the agent starting up.
+	sb.m.log.Debug("agent connected", "sandbox_id", sb.id,
+		"dial_us", dialled.Sub(start).Microseconds(), "hello_us", time.Since(dialled).Microseconds())
 	sb.client = c
 	sb.m.goBackground(func() { sb.watch(c) })
 	return c, nil

@@ -206,12 +206,12 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 	// the start (it reads cgroup files) rather than before it: a process
 	// cannot outgrow its memory limit within the microseconds between.
 	var oomWG sync.WaitGroup
-	if st, ok := sb.drv.(driver.Stater); ok {
+	if oomKills := oomCounterOf(sb.drv); oomKills != nil {
 		oomWG.Add(1)
 		go func() {
 			defer oomWG.Done()
-			if s, err := st.Stats(ctx, sb.id); err == nil {
-				t.oomBase, t.oomKnown = s.OOMKills, true
+			if n, err := oomKills(ctx, sb.id); err == nil {
+				t.oomBase, t.oomKnown = n, true
 			}
 		}()
 	}
@@ -248,6 +248,30 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 	oomWG.Wait() // the tracker reads the baseline
 	m.goBackground(func() { t.run(tctx, cancel, stream) })
 	return &Exec{t: t}, nil
+}
+
+// oomCounter is implemented by drivers that read a sandbox's OOM kill count
+// more cheaply than a whole Stats sample; it is read at the start of every
+// exec, so its cost is exec latency.
+type oomCounter interface {
+	// OOMKills returns how many of the sandbox's processes the kernel's OOM
+	// killer has killed so far.
+	OOMKills(ctx context.Context, id string) (uint64, error)
+}
+
+// oomCounterOf returns the cheapest way drv offers to read a sandbox's OOM
+// kill count, nil if it has none.
+func oomCounterOf(drv driver.Driver) func(context.Context, string) (uint64, error) {
+	if c, ok := drv.(oomCounter); ok {
+		return c.OOMKills
+	}
+	if st, ok := drv.(driver.Stater); ok {
+		return func(ctx context.Context, id string) (uint64, error) {
+			s, err := st.Stats(ctx, id)
+			return s.OOMKills, err
+		}
+	}
+	return nil
 }
 
 // execTracker follows one exec: it reads the agent's events, redacts them,
@@ -454,9 +478,9 @@ func (t *execTracker) finish(res agentproto.ExecResult) {
 	status := res.Status
 	if status == api.ExecExited && res.Signal == "SIGKILL" && t.oomKnown {
 		// The agent could not tell (no cgroup view inside): the host can.
-		if st, ok := sb.drv.(driver.Stater); ok {
+		if oomKills := oomCounterOf(sb.drv); oomKills != nil {
 			ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
-			if s, err := st.Stats(ctx, sb.id); err == nil && s.OOMKills > t.oomBase {
+			if n, err := oomKills(ctx, sb.id); err == nil && n > t.oomBase {
 				status = api.ExecOOM
 			}
 			cancel()
@@ -486,17 +510,8 @@ func (t *execTracker) finish(res agentproto.ExecResult) {
 	rec.EndedAt = &end
 	rec.Error = sb.red.redactString(res.Error)
 	events := encodeEvents(t.events)
-	t.mu.Unlock()
-
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), 30*time.Second)
-	if err := m.store.FinishExec(ctx, rec, events); err != nil {
-		m.log.Error("recording exec result", "sandbox_id", sb.id, "exec_id", t.id, "err", err)
-	}
-	cancel()
-
 	// The result becomes visible at once with done, so that whoever sees
 	// the exec ended also finds it ended everywhere (stdin, signal).
-	t.mu.Lock()
 	t.rec = rec
 	v := buildResult(rec, nil, false)
 	t.result = &v
@@ -504,6 +519,17 @@ func (t *execTracker) finish(res agentproto.ExecResult) {
 	t.notify = make(chan struct{})
 	close(t.done)
 	t.mu.Unlock()
+
+	// The record is written after the waiters have their answer: a SQLite
+	// commit (and, now and then, a WAL checkpoint) is the largest part of
+	// the daemon's own share of an exec round trip. Until it lands, this
+	// tracker answers for the exec (findExec, ListExecs), and it is not
+	// evicted before. The manager's Close waits for it (goBackground).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), 30*time.Second)
+	if err := m.store.FinishExec(ctx, rec, events); err != nil {
+		m.log.Error("recording exec result", "sandbox_id", sb.id, "exec_id", t.id, "err", err)
+	}
+	cancel()
 	if m.cfg.OnExecEnd != nil {
 		m.cfg.OnExecEnd(status, time.Duration(rec.DurationMS)*time.Millisecond)
 	}
@@ -522,6 +548,23 @@ func (t *execTracker) finish(res agentproto.ExecResult) {
 	} else {
 		time.AfterFunc(m.cfg.ExecRetention, evict)
 	}
+}
+
+// tracker returns the in-memory tracker of exec eid, nil if none.
+func (sb *sandbox) tracker(eid string) *execTracker {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.execs[eid]
+}
+
+// ended returns the exec's result without output once it has ended.
+func (t *execTracker) ended() (api.ExecResult, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.result == nil {
+		return api.ExecResult{}, false
+	}
+	return buildResult(t.rec, nil, false), true
 }
 
 // view returns the exec's result, with its captured output if asked.
@@ -710,6 +753,14 @@ func (m *Manager) ListExecs(ctx context.Context, p auth.Principal, id string, li
 	m.mu.Unlock()
 	for _, r := range recs {
 		if sb != nil && r.EndedAt == nil {
+			// An exec that has just ended may not be recorded as ended yet
+			// (finish writes the store after answering): its tracker knows.
+			if t := sb.tracker(r.ID); t != nil {
+				if v, ended := t.ended(); ended {
+					out.Execs = append(out.Execs, v)
+					continue
+				}
+			}
 			// Live duration of a running exec.
 			r.DurationMS = m.now().Sub(r.StartedAt).Milliseconds()
 		}

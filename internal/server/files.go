@@ -79,7 +79,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, p auth.Principa
 	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": name}))
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
-	if _, err := io.Copy(w, rc); err != nil {
+	if _, err := copyResponse(w, rc); err != nil {
 		// The status is sent: abort the connection so the client sees a
 		// broken transfer instead of a short file that looks complete.
 		logFrom(r.Context()).Warn("file download broke off", "sandbox_id", r.PathValue("id"), "err", err)
@@ -154,4 +154,19 @@ func (s *Server) fsRemove(w http.ResponseWriter, r *http.Request, p auth.Princip
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// copyResponse copies r into the response body after WriteHeader. The
+// request log's recorder does not pass io.ReaderFrom through, so the writer
+// beneath it is used here (the bytes still counted): net/http's ReadFrom
+// hands a socket source to splice(2), which moves a download from the
+// agent's connection to the client's without copying it through the daemon.
+func copyResponse(w http.ResponseWriter, r io.Reader) (int64, error) {
+	rec, ok := w.(*statusRecorder)
+	if !ok || !rec.wrote {
+		return io.Copy(w, r)
+	}
+	n, err := io.Copy(rec.ResponseWriter, r)
+	rec.bytes += n
+	return n, err
 }

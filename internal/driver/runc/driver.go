@@ -99,6 +99,10 @@ type Driver struct {
 	agentPath string // copy of cfg.AgentPath in the data dir, "" if none
 	agentErr  error  // why there is no agent
 	sbxRoot   string
+	// cg is the host's cgroup mounts, read once: parsing mountinfo costs
+	// more than the counter reads it serves (Stats runs on every exec), and
+	// cgroup filesystems are not remounted under a running daemon.
+	cg *cgroups.Hierarchy
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -114,6 +118,10 @@ type Driver struct {
 type sandbox struct {
 	id   string
 	proc *reaper.Process // watch of the current init, nil if none
+	// group and dir are read from the state file once (see paths): they
+	// never change during a sandbox's life.
+	group *cgroups.Group
+	dir   string
 }
 
 // validID matches the ids Spec promises: safe as a file and cgroup name.
@@ -218,6 +226,7 @@ func (d *Driver) ensureCgroupParent() error {
 	if err != nil {
 		return err
 	}
+	d.cg = h
 	for _, dir := range h.Group(d.cfg.CgroupParent).Dirs() {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("creating cgroup parent: %w", err)
@@ -320,6 +329,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle
 	res := withDefaults(spec.Resources)
 	log := d.logger(spec.ID)
 	dir := d.dir(spec.ID)
+	t0 := time.Now()
 
 	// Everything made below is undone if a later step fails; the rollback
 	// runs on a context the caller cannot cancel.
@@ -369,6 +379,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle
 	if err := st.save(); err != nil {
 		return nil, err
 	}
+	t1 := time.Now()
 	rootfs, err := storage.Setup(ctx, storage.Options{
 		Dir: dir, Layers: spec.Template.Layers, UIDBase: st.UIDBase, IDCount: st.IDCount,
 		SizeMB: res.DiskMB, Tmpfs: res.DiskTmpfs,
@@ -391,6 +402,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle
 		}
 	}
 	spec.Resources = res
+	t2 := time.Now()
 	s, err := buildSpec(bundleParams{
 		Spec: spec, Rootfs: rootfs.Path(), AgentPath: d.agentPath, RunDir: runDir,
 		UIDBase: st.UIDBase, IDCount: st.IDCount, Cgroup: st.Cgroup, SysDir: sysDir,
@@ -405,7 +417,10 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle
 	if err != nil {
 		return nil, err
 	}
-	log.Debug("sandbox created", "slot", slot, "uid_base", st.UIDBase)
+	// Phase times say where a slow start went (see docs/benchmarks.md).
+	log.Debug("sandbox created", "slot", slot, "uid_base", st.UIDBase,
+		"prepare_us", t1.Sub(t0).Microseconds(), "storage_us", t2.Sub(t1).Microseconds(),
+		"bundle_us", time.Since(t2).Microseconds())
 	return h, nil
 }
 
@@ -443,6 +458,7 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	defer logf.Close()
 	pidFile := filepath.Join(dir, "init.pid")
 	os.Remove(pidFile)
+	t0 := time.Now()
 	if err := d.runc.run(ctx, id, dir, pidFile, filepath.Join(dir, "runc.log"), logf); err != nil {
 		// runc may leave a container record behind on failure.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -450,6 +466,7 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		d.runc.delete(cctx, id)
 		return fmt.Errorf("starting sandbox %s: %w", id, err)
 	}
+	t1 := time.Now()
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		return fmt.Errorf("reading init pid: %w", err)
@@ -470,7 +487,7 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	if err := st.save(); err != nil {
 		return err
 	}
-	log.Debug("sandbox started", "pid", pid)
+	log.Debug("sandbox started", "pid", pid, "runc_us", t1.Sub(t0).Microseconds(), "after_us", time.Since(t1).Microseconds())
 	return nil
 }
 
@@ -601,11 +618,9 @@ func (d *Driver) killAll(ctx context.Context, id string, pid int) error {
 		return nil
 	default:
 	}
-	if h, err := cgroups.Load(); err == nil {
-		if frozen, _ := h.Group(d.cgroupPath(id)).Frozen(); frozen {
-			if err := d.runc.resume(ctx, id); err != nil {
-				return fmt.Errorf("thawing sandbox %s: %w", id, err)
-			}
+	if frozen, _ := d.cg.Group(d.cgroupPath(id)).Frozen(); frozen {
+		if err := d.runc.resume(ctx, id); err != nil {
+			return fmt.Errorf("thawing sandbox %s: %w", id, err)
 		}
 	}
 	if err := p.Signal(unix.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
@@ -660,9 +675,7 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 		}
 		// runc can leave empty cgroup directories behind (a failed start,
 		// a crash between its steps).
-		if h, err := cgroups.Load(); err == nil {
-			runcErr = h.Group(d.cgroupPath(id)).Remove(ctx)
-		}
+		runcErr = d.cg.Group(d.cgroupPath(id)).Remove(ctx)
 	}()
 	if err := storage.TeardownDir(ctx, dir); err != nil {
 		errs = append(errs, fmt.Errorf("tearing down storage: %w", err))
@@ -791,10 +804,8 @@ func (d *Driver) Inspect(ctx context.Context, id string) (driver.Status, error) 
 	default:
 		return driver.Status{}, err
 	}
-	if h, err := cgroups.Load(); err == nil {
-		if n, err := h.Group(st.Cgroup).OOMKills(); err == nil {
-			status.OOMKills = n
-		}
+	if n, err := d.cg.Group(st.Cgroup).OOMKills(); err == nil {
+		status.OOMKills = n
 	}
 	if p := d.proc(id); p != nil {
 		if e, ok := p.Exit(); ok {
@@ -895,21 +906,61 @@ func (d *Driver) Resume(ctx context.Context, id string) error {
 	return nil
 }
 
+// paths returns the cgroup and directory of sandbox id. They are read from
+// its state file once and then kept with the in-memory record: Stats and
+// OOMKills run around every exec, and neither path changes while the
+// sandbox lives.
+func (d *Driver) paths(id string) (*cgroups.Group, string, error) {
+	d.mu.Lock()
+	if s := d.sandboxes[id]; s != nil && s.group != nil {
+		g, dir := s.group, s.dir
+		d.mu.Unlock()
+		return g, dir, nil
+	}
+	d.mu.Unlock()
+	st, err := loadState(d.dir(id))
+	if err != nil {
+		return nil, "", err
+	}
+	g := d.cg.Group(st.Cgroup)
+	d.mu.Lock()
+	// Only a sandbox this driver started or recovered is cached: its record
+	// goes with Destroy, so nothing stale outlives it.
+	if s := d.sandboxes[id]; s != nil {
+		s.group, s.dir = g, st.Dir
+	}
+	d.mu.Unlock()
+	return g, st.Dir, nil
+}
+
+// OOMKills returns how many processes of the sandbox the kernel OOM killer
+// has killed: one cgroup file read, cheap enough for the start and end of
+// every exec (Stats reads a dozen files and the disk counters).
+func (d *Driver) OOMKills(ctx context.Context, id string) (uint64, error) {
+	if err := checkID(id); err != nil {
+		return 0, err
+	}
+	g, _, err := d.paths(id)
+	if err != nil {
+		return 0, fmt.Errorf("sandbox %s oom kills: %w", id, err)
+	}
+	n, err := g.OOMKills()
+	if err != nil {
+		return 0, fmt.Errorf("sandbox %s oom kills: %w", id, err)
+	}
+	return n, nil
+}
+
 // Stats samples the sandbox's cgroup counters and disk use.
 func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
 	if err := checkID(id); err != nil {
 		return driver.Stats{}, err
 	}
-	st, err := loadState(d.dir(id))
+	g, dir, err := d.paths(id)
 	if err != nil {
 		return driver.Stats{}, fmt.Errorf("sandbox %s stats: %w", id, err)
 	}
 	var s driver.Stats
-	h, err := cgroups.Load()
-	if err != nil {
-		return s, err
-	}
-	g := h.Group(st.Cgroup)
 	if g.Exists() {
 		cpu, err := g.CPUUsage()
 		if err != nil {
@@ -926,7 +977,7 @@ func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
 			return s, fmt.Errorf("sandbox %s stats: %w", id, err)
 		}
 	}
-	if s.DiskBytes, s.DiskWrittenBytes, err = storage.Usage(st.Dir); err != nil {
+	if s.DiskBytes, s.DiskWrittenBytes, err = storage.Usage(dir); err != nil {
 		return s, fmt.Errorf("sandbox %s disk usage: %w", id, err)
 	}
 	return s, nil

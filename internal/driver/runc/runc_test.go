@@ -156,21 +156,27 @@ func TestConformance(t *testing.T) {
 }
 
 // BenchmarkColdCreate measures create + start + first exec of `true` +
-// destroy, to be read against BenchmarkBareRuncRun in the same run.
+// destroy, to be read against BenchmarkBareRuncRun in the same run. Each
+// phase is reported as its own metric (ms/op) so that a regression points at
+// its step.
 func BenchmarkColdCreate(b *testing.B) {
 	requireHost(b)
 	tmpl := baseTemplate(b)
 	d := newDriver(b, newDataDir(b))
 	ctx := context.Background()
+	var phases [5]time.Duration // create, start, dial+hello, exec, destroy
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		id := fmt.Sprintf("sbx_bench%d", i)
+		t0 := time.Now()
 		if _, err := d.Create(ctx, driver.Spec{ID: id, Template: tmpl}); err != nil {
 			b.Fatal(err)
 		}
+		t1 := time.Now()
 		if err := d.Start(ctx, id); err != nil {
 			b.Fatal(err)
 		}
+		t2 := time.Now()
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		conn, err := d.DialAgent(dctx, id)
 		cancel()
@@ -181,6 +187,7 @@ func BenchmarkColdCreate(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		t3 := time.Now()
 		st, err := c.Exec(ctx, agentproto.ExecRequest{ID: "ex_1", Argv: []string{"true"}})
 		if err != nil {
 			b.Fatal(err)
@@ -192,9 +199,18 @@ func BenchmarkColdCreate(b *testing.B) {
 		}
 		st.Close()
 		c.Close()
+		t4 := time.Now()
 		if err := d.Destroy(ctx, id); err != nil {
 			b.Fatal(err)
 		}
+		t5 := time.Now()
+		for j, p := range [][2]time.Time{{t0, t1}, {t1, t2}, {t2, t3}, {t3, t4}, {t4, t5}} {
+			phases[j] += p[1].Sub(p[0])
+		}
+	}
+	n := float64(b.N) * float64(time.Millisecond)
+	for j, name := range []string{"create", "start", "dial", "exec", "destroy"} {
+		b.ReportMetric(float64(phases[j])/n, name+"-ms/op")
 	}
 }
 
