@@ -193,3 +193,13 @@ type Stater interface {
 	// Stats samples the sandbox's current resource use.
 	Stats(ctx context.Context, id string) (Stats, error)
 }
+
+// OOMCounter is implemented by drivers that read a sandbox's OOM kill count
+// more cheaply than a whole Stats sample. The manager reads it at the start of
+// every exec (to tell an OOM kill from any other SIGKILL), so its cost is exec
+// latency.
+type OOMCounter interface {
+	// OOMKills returns how many of the sandbox's processes the kernel's OOM
+	// killer has killed so far.
+	OOMKills(ctx context.Context, id string) (uint64, error)
+}

@@ -250,19 +250,10 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 	return &Exec{t: t}, nil
 }
 
-// oomCounter is implemented by drivers that read a sandbox's OOM kill count
-// more cheaply than a whole Stats sample; it is read at the start of every
-// exec, so its cost is exec latency.
-type oomCounter interface {
-	// OOMKills returns how many of the sandbox's processes the kernel's OOM
-	// killer has killed so far.
-	OOMKills(ctx context.Context, id string) (uint64, error)
-}
-
 // oomCounterOf returns the cheapest way drv offers to read a sandbox's OOM
 // kill count, nil if it has none.
 func oomCounterOf(drv driver.Driver) func(context.Context, string) (uint64, error) {
-	if c, ok := drv.(oomCounter); ok {
+	if c, ok := drv.(driver.OOMCounter); ok {
 		return c.OOMKills
 	}
 	if st, ok := drv.(driver.Stater); ok {
