@@ -63,10 +63,15 @@ type Resources struct {
 	DiskTmpfs bool `json:"disk_tmpfs,omitempty"`
 }
 
-// Network is a sandbox's egress policy.
+// Network is a sandbox's egress policy (see docs/network.md).
 type Network struct {
 	Mode  string   `json:"mode,omitempty"` // none | allowlist | open
 	Allow []string `json:"allow,omitempty"`
+	// Registries names package registry sets (debian, pypi, npm, goproxy)
+	// whose hosts are allowed too (allowlist mode).
+	Registries []string `json:"registries,omitempty"`
+	// Offline makes every registry host fail at once (NXDOMAIN), in any mode.
+	Offline bool `json:"offline,omitempty"`
 }
 
 // VolumeMount attaches a persistent volume to a sandbox path.

@@ -432,7 +432,7 @@ func (b *Builder) start(ctx context.Context, tenant, name, source string, fn fun
 // execute runs a build to its end and records the outcome.
 func (b *Builder) execute(bs *buildState, fn func(context.Context, *buildState) (result, error)) {
 	log := b.log.With("build_id", bs.id, "template", bs.name, "version", bs.version, "tenant", bs.tenant)
-	ctx := b.ctx
+	ctx := withOwner(b.ctx, Owner{Tenant: bs.tenant, Template: bs.name, BuildID: bs.id})
 	bs.log.logf("build %s: template %s version %d", bs.id, bs.name, bs.version)
 	var (
 		res result

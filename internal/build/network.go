@@ -44,3 +44,24 @@ func AvailableRegistries(regs map[string][]string) []string {
 	}
 	return out
 }
+
+// Owner is whom a build's sandboxes act for: the tenant, template and
+// build. The Network hook finds it in its context (OwnerOf), so that the
+// audit trail can attribute a build sandbox's egress.
+type Owner struct {
+	Tenant   string
+	Template string
+	BuildID  string
+}
+
+type ownerKey struct{}
+
+func withOwner(ctx context.Context, o Owner) context.Context {
+	return context.WithValue(ctx, ownerKey{}, o)
+}
+
+// OwnerOf returns the build a context handed to the Network hook belongs to.
+func OwnerOf(ctx context.Context) (Owner, bool) {
+	o, ok := ctx.Value(ownerKey{}).(Owner)
+	return o, ok
+}

@@ -180,6 +180,7 @@ stderr as one line "airlock: <message> (<code>)".`,
 		a.newShellCmd(),
 		a.newKeysCmd(),
 		a.newTemplateCmd(),
+		a.newAuditCmd(),
 		a.newDoctorCmd(),
 		a.newVersionCmd(),
 	)

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,12 +29,91 @@ func (a *app) newSandboxCmd() *cobra.Command {
 		a.newSandboxStateCmd("resume", "Thaw a paused sandbox"),
 		a.newSandboxTimeoutCmd(),
 		a.newSandboxMetricsCmd(),
+		a.newSandboxNetworkCmd(),
 	)
 	return cmd
 }
 
+// netFlags are the egress settings beyond --network and --allow (which
+// createFlags has): package registry sets and offline mode.
+type netFlags struct {
+	registries []string
+	offline    bool
+}
+
+func (n *netFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVar(&n.registries, "registry", nil, "with --network allowlist: a package registry set to allow: debian, pypi, npm or goproxy (repeatable)")
+	cmd.Flags().BoolVar(&n.offline, "offline", false, "package registries answer no such host at once (installs fail fast)")
+}
+
+// apply adds the flags to req's network.
+func (n *netFlags) apply(req *api.CreateSandboxRequest) {
+	if len(n.registries) == 0 && !n.offline {
+		return
+	}
+	if req.Network == nil {
+		req.Network = &api.Network{}
+	}
+	req.Network.Registries, req.Network.Offline = n.registries, n.offline
+}
+
+func (a *app) newSandboxNetworkCmd() *cobra.Command {
+	var (
+		mode  string
+		allow []string
+		nf    netFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "network SANDBOX --network MODE [--allow ENTRY…]",
+		Short: "Change a running sandbox's egress policy (effective at once)",
+		Example: `  airlock sandbox network sbx_… --network allowlist --allow pypi.org --allow '*.github.com'
+  airlock sandbox network sbx_… --network none`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if mode == "" {
+				return usagef("--network is required: none, allowlist or open")
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			s, err := c.UpdateNetwork(cmd.Context(), args[0], api.Network{Mode: mode, Allow: allow, Registries: nf.registries, Offline: nf.offline})
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return printJSON(a.stdout, s)
+			}
+			_, err = fmt.Fprintf(a.stdout, "%s network %s\n", s.ID, networkText(s.Network))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&mode, "network", "", "network mode: none, allowlist or open")
+	cmd.Flags().StringArrayVar(&allow, "allow", nil, "a domain, *.domain or CIDR[:port] to allow (repeatable)")
+	nf.register(cmd)
+	return cmd
+}
+
+// networkText renders a policy on one line.
+func networkText(n api.Network) string {
+	s := n.Mode
+	if len(n.Allow) > 0 {
+		s += " allow=" + strings.Join(n.Allow, ",")
+	}
+	if len(n.Registries) > 0 {
+		s += " registries=" + strings.Join(n.Registries, ",")
+	}
+	if n.Offline {
+		s += " offline"
+	}
+	return s
+}
+
 func (a *app) newSandboxCreateCmd() *cobra.Command {
-	var f createFlags
+	var (
+		f  createFlags
+		nf netFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its id once it is ready",
@@ -45,6 +125,7 @@ func (a *app) newSandboxCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			nf.apply(&req)
 			c, err := a.client()
 			if err != nil {
 				return err
@@ -66,6 +147,7 @@ func (a *app) newSandboxCreateCmd() *cobra.Command {
 		},
 	}
 	f.register(cmd, "timeout", true)
+	nf.register(cmd)
 	return cmd
 }
 
@@ -159,10 +241,7 @@ func (a *app) printSandbox(s *api.Sandbox) error {
 	if s.Error != nil {
 		errText = s.Error.Message + " (" + s.Error.Code + ")"
 	}
-	net := s.Network.Mode
-	if len(s.Network.Allow) > 0 {
-		net += " " + fmt.Sprint(s.Network.Allow)
-	}
+	net := networkText(s.Network)
 	return kvTable(a.stdout, [][2]string{
 		{"id", s.ID},
 		{"state", s.State},

@@ -20,11 +20,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,12 +34,14 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/build"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/driver/runc"
 	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/reaper"
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/store"
@@ -81,7 +85,10 @@ this executable, else airlock-agent on $PATH.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return Run(ctx, cfg, Options{AdminKey: os.Getenv(auth.EnvAdminKeyName), Stderr: cmd.ErrOrStderr()})
+			return Run(ctx, cfg, Options{
+				AdminKey: os.Getenv(auth.EnvAdminKeyName), Stderr: cmd.ErrOrStderr(),
+				DefaultNetworkMode: os.Getenv(EnvDefaultNetworkMode),
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -129,7 +136,22 @@ type Options struct {
 	// Ready, when set, is called with the listening address once the API
 	// serves (tests).
 	Ready func(addr net.Addr)
+	// DefaultNetworkMode is the network mode of sandboxes whose create names
+	// none and whose tenant has no default; "" means none.
+	DefaultNetworkMode string
+	// NoNetwork runs without sandbox networking: every sandbox gets a
+	// loopback-only namespace from its runtime, and only mode none is
+	// accepted.
+	NoNetwork bool
+	// Network, when set, adjusts the sandbox network's configuration
+	// before it is made. Tests point HostNetNS at a namespace of their own
+	// (and pick Upstream and Registries), so that nothing touches the
+	// host's network.
+	Network func(*network.Config)
 }
+
+// EnvDefaultNetworkMode sets Options.DefaultNetworkMode for `airlock serve`.
+const EnvDefaultNetworkMode = "AIRLOCK_DEFAULT_NETWORK_MODE"
 
 // Run runs the daemon until ctx is done, then shuts down gracefully.
 func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
@@ -178,6 +200,34 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	}
 	log.Info("agent binary", "path", agentPath)
 
+	// Listen now: the sandbox network closes the API's port to sandboxes,
+	// and with --listen :0 the port is known only once bound.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+
+	rec, err := audit.New(audit.Config{Sink: st, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+
+	// The manager is made last (it needs the builder, which needs the
+	// network): network events reach it through mgr once it exists.
+	var mgr atomic.Pointer[manager.Manager]
+	nm, regs := newNetwork(cfg, opts, ln.Addr(), log, func(e network.Event) {
+		if m := mgr.Load(); m != nil {
+			m.NetworkEvent(e)
+			return
+		}
+		rec.RecordDetail(audit.Event{Time: e.Time, Type: audit.TypeEgress, SandboxID: e.SandboxID}, e, nil)
+	})
+	if nm != nil {
+		defer nm.Close()
+	}
+
 	tmpl := template.NewStore(filepath.Join(cfg.DataDir, "templates"))
 	if !cfg.NoPrepare {
 		log.Info("preparing base template (the first build takes a minute)")
@@ -197,35 +247,115 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 		drivers = append(drivers, rd)
 	}
 
-	bld, err := newBuilder(ctx, cfg, st, tmpl, rd, log)
+	var buildNet build.NetworkFunc
+	if nm != nil && rd != nil {
+		buildNet = buildNetwork(nm, regs, &mgr)
+	}
+	bld, err := newBuilder(ctx, cfg, st, tmpl, rd, buildNet, log)
 	if err != nil {
 		return err
 	}
 	defer bld.Close()
 
 	metrics := server.NewMetrics(nil)
-	m, err := manager.New(manager.Config{
+	mcfg := manager.Config{
 		Settings: cfg, Store: st, Drivers: drivers, Templates: bld, Builder: bld, Logger: log,
-		OnExecEnd: metrics.ObserveExec,
-	})
+		OnExecEnd: metrics.ObserveExec, Audit: rec, DefaultNetworkMode: opts.DefaultNetworkMode,
+		Network: manager.NetworkOf(nm), Registries: regs,
+	}
+	m, err := manager.New(mcfg)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
+	mgr.Store(m)
 	if err := m.Start(ctx); err != nil {
 		return err
 	}
 	srv := server.New(server.Config{
 		Manager: m, Auth: authn, Metrics: metrics, Logger: log, Version: version.Version,
-		MaxUploadBytes: cfg.MaxUploadBytes,
+		MaxUploadBytes: cfg.MaxUploadBytes, Audit: rec,
 	})
-	return serve(ctx, cfg, srv, log, opts)
+	return serve(ctx, cfg, ln, srv, log, opts)
+}
+
+// newNetwork makes the daemon's one network.Manager (state in
+// <data>/network, the API's port closed to sandboxes, the host's apt
+// mirror as the debian registry set) and returns it with the registry
+// sets it enforces. Without it (opts.NoNetwork, or a host that cannot:
+// not root, no nftables) it returns nil and sandboxes get loopback only.
+func newNetwork(cfg config.Config, opts Options, apiAddr net.Addr, log *slog.Logger, onEvent func(network.Event)) (*network.Manager, map[string][]string) {
+	if opts.NoNetwork {
+		return nil, nil
+	}
+	over := map[string][]string{}
+	if os.Getenv(network.RegistryEnvPrefix+"DEBIAN") == "" {
+		if mirror, err := template.Mirror(); err == nil {
+			if u, err := url.Parse(mirror); err == nil && u.Hostname() != "" {
+				over["debian"] = []string{strings.ToLower(u.Hostname())}
+			}
+		} else {
+			log.Warn("no debian mirror for the debian registry set", "err", err)
+		}
+	}
+	ncfg := network.Config{
+		StateDir:   filepath.Join(cfg.DataDir, "network"),
+		Registries: over,
+		Audit:      onEvent,
+		Logger:     log.With("component", "network"),
+	}
+	if ta, ok := apiAddr.(*net.TCPAddr); ok {
+		ncfg.APIPorts = []uint16{uint16(ta.Port)}
+	}
+	if opts.Network != nil {
+		opts.Network(&ncfg)
+	}
+	regs := network.DefaultRegistries(ncfg.Registries)
+	ncfg.Registries = regs
+	nm, err := network.New(ncfg)
+	if err != nil {
+		log.Warn("sandbox networking unavailable: sandboxes get loopback only", "err", err)
+		return nil, nil
+	}
+	// Build sandboxes a dead daemon left are destroyed by the builder's
+	// recovery; their networks go here, before any new build starts.
+	for _, id := range nm.Known() {
+		if strings.HasPrefix(id, build.BuildSandboxPrefix) {
+			tctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if err := nm.Teardown(tctx, id); err != nil {
+				log.Warn("removing a dead build sandbox's network", "sandbox_id", id, "err", err)
+			}
+			cancel()
+		}
+	}
+	log.Info("sandbox networking ready", "registries", build.AvailableRegistries(regs))
+	return nm, regs
+}
+
+// buildNetwork gives RUN steps of template builds the package registries
+// (every set that has hosts) through the network's allowlist, and
+// attributes their egress to the build's tenant in the audit trail.
+func buildNetwork(nm *network.Manager, regs map[string][]string, mgr *atomic.Pointer[manager.Manager]) build.NetworkFunc {
+	reg := build.RegistryNetwork(nm, build.AvailableRegistries(regs))
+	return func(ctx context.Context, id string) (build.Network, func(), error) {
+		release := func() {}
+		if m := mgr.Load(); m != nil {
+			o, _ := build.OwnerOf(ctx)
+			release = m.AttributeNetwork(id, o.Tenant, o.Template)
+		}
+		n, cleanup, err := reg(ctx, id)
+		if err != nil {
+			release()
+			return n, nil, err
+		}
+		return n, func() { cleanup(); release() }, nil
+	}
 }
 
 // newBuilder makes the template builder: build sandboxes run on the runc
 // driver (rd, nil when it is unavailable) and are captured from runc's
 // layout of the data dir.
-func newBuilder(ctx context.Context, cfg config.Config, st *store.Store, tmpl *template.Store, rd *runc.Driver, log *slog.Logger) (*build.Builder, error) {
+func newBuilder(ctx context.Context, cfg config.Config, st *store.Store, tmpl *template.Store, rd *runc.Driver, netFn build.NetworkFunc, log *slog.Logger) (*build.Builder, error) {
 	bc := build.Config{Store: st, Templates: tmpl, Logger: log}
 	if rd != nil {
 		sandboxes := filepath.Join(cfg.DataDir, "sandboxes")
@@ -238,11 +368,9 @@ func newBuilder(ctx context.Context, cfg config.Config, st *store.Store, tmpl *t
 			}
 			return m, err
 		}
-		// Build sandboxes get no network yet: bc.Network =
-		// build.RegistryNetwork(nm, build.AvailableRegistries(regs)) gives
-		// RUN the package registries once the daemon has its one
-		// network.Manager and the runc driver mounts Spec.ResolvConfPath.
-		// Meanwhile a RUN that downloads fails with a message saying so.
+		// RUN steps reach the package registries (nil without sandbox
+		// networking: a RUN that downloads fails with a message saying so).
+		bc.Network = netFn
 	}
 	b, err := build.New(bc)
 	if err != nil {
@@ -276,12 +404,8 @@ func runcUpperDir(sandboxes string) build.UpperDirFunc {
 	}
 }
 
-// serve runs the HTTP server until ctx is done.
-func serve(ctx context.Context, cfg config.Config, srv *server.Server, log *slog.Logger, opts Options) error {
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
-	}
+// serve runs the HTTP server on ln until ctx is done.
+func serve(ctx context.Context, cfg config.Config, ln net.Listener, srv *server.Server, log *slog.Logger, opts Options) error {
 	hs := &http.Server{
 		Handler: srv.Handler(),
 		// Slow-header clients cannot hold connections open forever. There is

@@ -98,6 +98,11 @@ func runDaemon(t *testing.T, cfg config.Config, opts Options) (addr string, stop
 	addrc := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	opts.Ready = func(a net.Addr) { addrc <- a }
+	if opts.Network == nil {
+		// A test daemon never touches the host's network: sandbox
+		// networking runs only inside a namespace the test made.
+		opts.NoNetwork = true
+	}
 	go func() { done <- Run(ctx, cfg, opts) }()
 	select {
 	case a := <-addrc:
@@ -151,7 +156,7 @@ func TestRunGeneratesKeyOnceAndShutsDown(t *testing.T) {
 	}
 	// A second daemon on the same data dir is refused.
 	cfg2 := cfg
-	if err := Run(context.Background(), cfg2, Options{Stderr: io.Discard}); err == nil || !strings.Contains(err.Error(), "another airlock serve") {
+	if err := Run(context.Background(), cfg2, Options{Stderr: io.Discard, NoNetwork: true}); err == nil || !strings.Contains(err.Error(), "another airlock serve") {
 		t.Fatalf("second daemon on one data dir: %v", err)
 	}
 	if err := stop(); err != nil {

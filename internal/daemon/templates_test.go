@@ -73,6 +73,13 @@ func buildBinaries(t *testing.T) (agent, cli string) {
 // is the shared test cache's, and returns an admin and a tenant client.
 func templateDaemon(t *testing.T) (admin, tenant *client.Client, tenantKey string, cliEnv []string, dataDir string) {
 	t.Helper()
+	return templateDaemonWith(t, Options{})
+}
+
+// templateDaemonWith is templateDaemon with extra options (a test
+// network).
+func templateDaemonWith(t *testing.T, opts Options) (admin, tenant *client.Client, tenantKey string, cliEnv []string, dataDir string) {
+	t.Helper()
 	testutil.RequiresRoot(t)
 	testutil.RequiresBinary(t, "runc")
 	agent, _ := buildBinaries(t)
@@ -97,9 +104,10 @@ func templateDaemon(t *testing.T) (admin, tenant *client.Client, tenantKey strin
 	cfg.DataDir, cfg.Listen, cfg.NoPrepare, cfg.AgentPath = dataDir, "127.0.0.1:0", true, agent
 	cfg.ShutdownTimeoutS = 5
 	const key = "admin-key-for-the-template-tests-0123"
-	addr, stop := runDaemon(t, cfg, Options{Stderr: io.Discard, AdminKey: key})
+	opts.Stderr, opts.AdminKey = io.Discard, key
+	addr, stop := runDaemon(t, cfg, opts)
 	os.MkdirAll(filepath.Join(dataDir, "sandboxes"), 0o711)
-	leaks := hostcheck.Take(t, filepath.Join(dataDir, "sandboxes"))
+	leaks := hostcheck.Take(t, filepath.Join(dataDir, "sandboxes"), filepath.Join(dataDir, "network"))
 	t.Cleanup(func() {
 		if err := stop(); err != nil {
 			t.Errorf("daemon: %v", err)

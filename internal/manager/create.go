@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -53,6 +54,10 @@ type spec struct {
 	Env       map[string]string `json:"env,omitempty"`
 	Secrets   []string          `json:"secret_names,omitempty"`
 	Network   api.Network       `json:"network"`
+	// NetNS is set when the sandbox joined a namespace of the network
+	// backend (every sandbox of a daemon with one); sandboxes of a daemon
+	// without it have their runtime's own, which nothing can change.
+	NetNS bool `json:"netns,omitempty"`
 }
 
 // CreateResult is a created (or, for an idempotent retry, found) sandbox.
@@ -68,6 +73,9 @@ type CreateResult struct {
 func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSandboxRequest, idemKey string) (CreateResult, error) {
 	sp, drv, err := m.validateCreate(req)
 	if err != nil {
+		return CreateResult{}, err
+	}
+	if sp.Network, err = m.networkFor(ctx, p.Tenant, req.Network, drv); err != nil {
 		return CreateResult{}, err
 	}
 	ref, version, err := parseTemplateRef(sp.Template)
@@ -100,6 +108,7 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		idem = &store.Idempotency{Key: idemKey, RequestHash: requestHash(req)}
 	}
 
+	sp.NetNS = m.net != nil
 	now := m.now().UTC()
 	id := newSandboxID()
 	sealed, err := m.sealer.seal(id, req.Secrets)
@@ -197,7 +206,11 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		}
 	}
 	close(sb.ready)
-	log.Info("sandbox created", "template", tmpl.Name, "template_version", tmpl.Version, "ready_ms", readyMS)
+	log.Info("sandbox created", "template", tmpl.Name, "template_version", tmpl.Version, "ready_ms", readyMS, "network", sp.Network.Mode)
+	m.recordEvent(ctx, sb, audit.TypeCreate, map[string]any{
+		"template": tmpl.Name, "template_version": tmpl.Version, "runtime": drv.Name(), "resources": sp.Resources,
+		"timeout_s": sp.TimeoutS, "network": sp.Network, "secret_names": sp.Secrets, "ready_ms": readyMS,
+	})
 	return CreateResult{Sandbox: m.view(sb.snapshot())}, nil
 }
 
@@ -211,6 +224,10 @@ func (m *Manager) bringUp(ctx context.Context, sb *sandbox, sp spec, tmpl driver
 			PIDs: sp.Resources.PIDs, DiskTmpfs: sp.Resources.DiskTmpfs,
 		},
 		Hostname: strings.ReplaceAll(sb.id, "_", "-"),
+	}
+	// The namespace first: the runtime joins it. failCreate tears it down.
+	if err := m.setupNetwork(ctx, sb, sp.Network, &dspec); err != nil {
+		return err
 	}
 	h, err := sb.drv.Create(ctx, dspec)
 	if err != nil {
@@ -244,9 +261,13 @@ func (m *Manager) failCreate(ctx context.Context, sb *sandbox, cause error, idem
 	sb.closeClient()
 	if err := sb.drv.Destroy(cctx, sb.id); err != nil {
 		m.log.Error("destroying failed sandbox", "sandbox_id", sb.id, "err", err)
+	} else if err := m.teardownNetwork(cctx, sb.id); err != nil {
+		// Deleting the sandbox (state error) tries again.
+		m.log.Error("removing failed sandbox's network", "sandbox_id", sb.id, "err", err)
 	}
 	now := m.now().UTC()
 	code, msg := stateErrorOf(cause)
+	m.recordEvent(ctx, sb, audit.TypeError, map[string]any{"op": "create", "code": code, "message": msg})
 	if err := sb.setState(cctx, api.StateError, func(r *store.Sandbox) {
 		r.DesiredState = api.StateStopped
 		r.ErrorCode, r.ErrorMessage = code, msg
@@ -261,6 +282,7 @@ func (m *Manager) failCreate(ctx context.Context, sb *sandbox, cause error, idem
 			m.log.Warn("forgetting idempotency key", "sandbox_id", sb.id, "err", err)
 		}
 	}
+	m.rememberOwner(sb)
 	m.mu.Lock()
 	delete(m.live, sb.id)
 	m.mu.Unlock()
@@ -455,26 +477,8 @@ func (m *Manager) validateCreate(req api.CreateSandboxRequest) (spec, driver.Dri
 	if h := m.refreshHealth(context.Background(), false)[sp.Runtime]; h.State != driver.HealthHealthy {
 		return sp, nil, public(errdefs.ErrRuntimeUnavailable, "runtime %s is not usable on this host", sp.Runtime)
 	}
-	// Network.
-	sp.Network = api.Network{Mode: string(driver.NetworkNone)}
-	if req.Network != nil {
-		if req.Network.Mode != "" {
-			sp.Network.Mode = req.Network.Mode
-		}
-		sp.Network.Allow = req.Network.Allow
-	}
-	switch driver.NetworkMode(sp.Network.Mode) {
-	case driver.NetworkNone, driver.NetworkAllowlist, driver.NetworkOpen:
-	default:
-		return sp, nil, public(errInvalid, "network.mode must be none, allowlist or open")
-	}
-	if sp.Network.Mode != string(driver.NetworkNone) {
-		// The egress proxy that enforces allowlists is not built yet.
-		return sp, nil, public(errInvalid, "network mode %s is not supported yet", sp.Network.Mode)
-	}
-	if len(sp.Network.Allow) > 0 {
-		return sp, nil, public(errInvalid, "network.allow needs network.mode allowlist")
-	}
+	// The network (it may come from the tenant's default) is settled by
+	// networkFor.
 	return sp, drv, nil
 }
 

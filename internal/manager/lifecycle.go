@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -166,15 +167,22 @@ func (m *Manager) Delete(ctx context.Context, p auth.Principal, id string) error
 			}
 			// Its cleanup ran when it failed; Destroy is idempotent, so run
 			// it again in case that cleanup itself failed.
+			cctx, cancel := cleanupCtx(ctx)
+			defer cancel()
 			if drv, ok := m.drivers[rec.Runtime]; ok {
-				cctx, cancel := cleanupCtx(ctx)
-				err := drv.Destroy(cctx, rec.ID)
-				cancel()
-				if err != nil {
+				if err := drv.Destroy(cctx, rec.ID); err != nil {
 					return fmt.Errorf("destroying sandbox: %w", err)
 				}
 			}
-			return m.store.UpdateSandbox(ctx, withState(rec, api.StateStopped))
+			if err := m.teardownNetwork(cctx, rec.ID); err != nil {
+				return err
+			}
+			if err := m.store.UpdateSandbox(ctx, withState(rec, api.StateStopped)); err != nil {
+				return err
+			}
+			m.audit.Record(audit.Event{Type: audit.TypeDelete, Tenant: rec.Tenant, SandboxID: rec.ID,
+				Template: rec.Template, RequestID: audit.RequestID(ctx), Detail: mustJSON(map[string]string{"reason": "deleted", "from": api.StateError})})
+			return nil
 		}
 		return nil
 	}
@@ -216,12 +224,22 @@ func (m *Manager) stop(ctx context.Context, sb *sandbox, reason string) error {
 		m.log.Error("destroying sandbox", "sandbox_id", sb.id, "tenant", sb.tenant, "err", err)
 		return fmt.Errorf("destroying sandbox: %w", err)
 	}
+	if err := m.teardownNetwork(cctx, sb.id); err != nil {
+		// Likewise: stopping until the network is gone too.
+		m.log.Error("removing sandbox network", "sandbox_id", sb.id, "tenant", sb.tenant, "err", err)
+		return err
+	}
 	now := m.now().UTC()
 	if err := sb.setState(cctx, api.StateStopped, func(r *store.Sandbox) {
 		r.EndedAt, r.EndReason, r.Secrets, r.PausedAt = &now, reason, nil, nil
 	}); err != nil {
 		return err
 	}
+	typ := audit.TypeDelete
+	if reason == "expired" {
+		typ = audit.TypeExpiry
+	}
+	m.recordEvent(ctx, sb, typ, map[string]string{"reason": reason})
 	m.forget(sb)
 	m.log.Info("sandbox stopped", "sandbox_id", sb.id, "tenant", sb.tenant, "reason", reason)
 	return nil
@@ -230,6 +248,7 @@ func (m *Manager) stop(ctx context.Context, sb *sandbox, reason string) error {
 // forget drops a sandbox that is no longer live from memory.
 func (m *Manager) forget(sb *sandbox) {
 	sb.markGone()
+	m.rememberOwner(sb)
 	m.mu.Lock()
 	if m.live[sb.id] == sb {
 		delete(m.live, sb.id)
@@ -254,6 +273,9 @@ func (m *Manager) crashed(ctx context.Context, sb *sandbox, why string) {
 	sb.closeClient()
 	if err := sb.drv.Destroy(cctx, sb.id); err != nil {
 		m.log.Error("cleaning crashed sandbox", "sandbox_id", sb.id, "err", err)
+	} else if err := m.teardownNetwork(cctx, sb.id); err != nil {
+		// Deleting the sandbox (state error) tries again.
+		m.log.Error("removing crashed sandbox's network", "sandbox_id", sb.id, "err", err)
 	}
 	now := m.now().UTC()
 	if err := sb.setState(cctx, api.StateError, func(r *store.Sandbox) {
@@ -263,6 +285,7 @@ func (m *Manager) crashed(ctx context.Context, sb *sandbox, why string) {
 	}); err != nil {
 		m.log.Error("recording crash", "sandbox_id", sb.id, "err", err)
 	}
+	m.recordEvent(ctx, sb, audit.TypeError, map[string]string{"code": "sandbox_crashed", "message": why})
 	m.forget(sb)
 }
 
@@ -326,6 +349,7 @@ func (m *Manager) Pause(ctx context.Context, p auth.Principal, id string) (api.S
 		return api.Sandbox{}, err
 	}
 	m.log.Info("sandbox paused", "sandbox_id", sb.id, "tenant", sb.tenant)
+	m.recordEvent(ctx, sb, audit.TypePause, map[string]any{})
 	return m.view(sb.snapshot()), nil
 }
 
@@ -360,6 +384,7 @@ func (m *Manager) Resume(ctx context.Context, p auth.Principal, id string) (api.
 	}
 	m.afterResume(ctx, sb)
 	m.log.Info("sandbox resumed", "sandbox_id", sb.id, "tenant", sb.tenant)
+	m.recordEvent(ctx, sb, audit.TypeResume, map[string]any{})
 	return m.view(sb.snapshot()), nil
 }
 
@@ -402,6 +427,13 @@ func (m *Manager) Metrics(ctx context.Context, p auth.Principal, id string) (api
 	out.CPUSeconds, out.MemoryBytes, out.MemoryPeakBytes = s.CPUSeconds, s.MemoryBytes, s.MemoryPeakBytes
 	out.PIDs, out.DiskBytes, out.DiskWrittenBytes = s.PIDs, s.DiskBytes, s.DiskWrittenBytes
 	out.NetRxBytes, out.NetTxBytes = s.NetRxBytes, s.NetTxBytes
+	if m.net != nil {
+		// The host side of the sandbox's veth counts everything, proxied
+		// traffic included.
+		if rx, tx, err := m.net.Counters(sb.id); err == nil {
+			out.NetRxBytes, out.NetTxBytes = rx, tx
+		}
+	}
 	return out, nil
 }
 

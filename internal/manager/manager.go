@@ -23,9 +23,11 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/agentclient"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/build"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -96,6 +98,20 @@ type Config struct {
 	// OnExecEnd, when set, is told the status and duration of every exec
 	// that ends (metrics).
 	OnExecEnd func(status string, d time.Duration)
+	// Network gives every sandbox its network namespace and enforces its
+	// egress policy (NetworkOf(network.Manager)). Without it sandboxes get
+	// the runtime's loopback-only namespace and only mode none is accepted.
+	Network Network
+	// Registries are the hosts of each package registry set, as Network
+	// enforces them: a policy may only name sets that have hosts, and
+	// egress events name the set a domain belongs to.
+	Registries map[string][]string
+	// DefaultNetworkMode is the network mode of a create that names none
+	// when its tenant has no default of its own; "" means none.
+	DefaultNetworkMode string
+	// Audit receives the audit trail (sandbox lifecycle, execs, file
+	// writes, egress); nil records nothing.
+	Audit *audit.Recorder
 }
 
 // Manager runs sandboxes. Create one with New, call Start, and Close it to
@@ -109,6 +125,13 @@ type Manager struct {
 	sealer   *sealer
 	log      *slog.Logger
 	now      func() time.Time
+	net      Network
+	audit    *audit.Recorder
+
+	// owners attributes audit events of sandboxes that are not live: those
+	// that just stopped, and build sandboxes (AttributeNetwork).
+	ownersMu sync.Mutex
+	owners   map[string]owner
 
 	// health caches each driver's probe (refreshed by refreshHealth).
 	healthMu sync.Mutex
@@ -194,6 +217,18 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.ExecRetention <= 0 {
 		cfg.ExecRetention = defaultExecRetention
 	}
+	if cfg.DefaultNetworkMode == "" {
+		cfg.DefaultNetworkMode = string(network.ModeNone)
+	}
+	switch network.Mode(cfg.DefaultNetworkMode) {
+	case network.ModeNone:
+	case network.ModeAllowlist, network.ModeOpen:
+		if cfg.Network == nil {
+			return nil, fmt.Errorf("manager: default network mode %s needs sandbox networking, which is not available", cfg.DefaultNetworkMode)
+		}
+	default:
+		return nil, fmt.Errorf("manager: default network mode %q is not none, allowlist or open", cfg.DefaultNetworkMode)
+	}
 	if cfg.SecretsKeyPath == "" {
 		cfg.SecretsKeyPath = filepath.Join(cfg.Settings.DataDir, "secrets.key")
 	}
@@ -213,6 +248,9 @@ func New(cfg Config) (*Manager, error) {
 		health:   map[string]driver.Health{},
 		live:     map[string]*sandbox{},
 		shutdown: make(chan struct{}),
+		net:      cfg.Network,
+		audit:    cfg.Audit,
+		owners:   map[string]owner{},
 	}
 	for _, d := range cfg.Drivers {
 		if _, dup := m.drivers[d.Name()]; dup {
@@ -221,6 +259,11 @@ func New(cfg Config) (*Manager, error) {
 		m.drivers[d.Name()] = d
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	if m.audit != nil {
+		// Every exec's record is written once at its end, whichever path
+		// ends it: that write is its audit event.
+		m.store.SetExecHook(m.execEnded)
+	}
 	return m, nil
 }
 
@@ -255,6 +298,9 @@ func (m *Manager) Close() error {
 			sb.closeClient()
 		}
 		m.wg.Wait()
+		if m.audit != nil {
+			m.store.SetExecHook(nil)
+		}
 	})
 	return nil
 }

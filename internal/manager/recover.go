@@ -39,6 +39,7 @@ func (m *Manager) recoverAll(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	m.sweepNetworks(ctx)
 	return nil
 }
 
@@ -110,6 +111,13 @@ func (m *Manager) recoverOne(ctx context.Context, rec store.Sandbox) {
 	status, err := drv.Inspect(ctx, rec.ID)
 	if err != nil || (status.State != driver.StateRunning && status.State != driver.StatePaused) {
 		m.crashed(ctx, sb, "sandbox did not survive the daemon restart")
+		return
+	}
+	// Its resolver and proxy died with the last daemon (the filter kept
+	// enforcing): restart them and rewrite its rules.
+	if err := m.recoverNetwork(ctx, rec.ID, sp); err != nil {
+		log.Warn("recovering sandbox network", "err", err)
+		m.crashed(ctx, sb, "sandbox network did not survive the daemon restart")
 		return
 	}
 	// Observed state first: the driver's word wins over the record.

@@ -28,6 +28,14 @@ func BenchmarkExecEchoAPI(b *testing.B) {
 	benchExec(b, h, sb.ID)
 }
 
+// BenchmarkExecEchoAPIAudited: the same with the audit trail recording
+// every exec (its cost against BenchmarkExecEchoAPI).
+func BenchmarkExecEchoAPIAudited(b *testing.B) {
+	h := newHarness(b, withAudit())
+	sb := h.create("acme", api.CreateSandboxRequest{})
+	benchExec(b, h, sb.ID)
+}
+
 // BenchmarkExecEchoRunc: the same through a real runc sandbox (root only).
 func BenchmarkExecEchoRunc(b *testing.B) {
 	e := newE2E(b)

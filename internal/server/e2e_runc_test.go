@@ -10,17 +10,20 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/driver/runc"
 	"github.com/airlockhq/airlock/internal/hostcheck"
 	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
@@ -81,9 +84,14 @@ type e2e struct {
 	srv     *server.Server
 	ts      *httptest.Server
 	h       *harness // request helpers bound to ts
+	rec     *audit.Recorder
+	// world, when set, gives sandboxes networking whose host side lives
+	// in the world's host namespace (nm, made by start).
+	world *world
+	nm    *network.Manager
 }
 
-func newE2E(t testing.TB) *e2e {
+func newE2E(t testing.TB, opts ...func(*e2e)) *e2e {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	testutil.RequiresBinary(t, "runc")
@@ -103,16 +111,22 @@ func newE2E(t testing.TB) *e2e {
 	}
 	os.Chmod(dataDir, 0o711) // sandbox uids must search it
 	e := &e2e{t: t, dataDir: dataDir, tmpl: tmpl}
+	for _, o := range opts {
+		o(e)
+	}
 	st, err := store.Open(context.Background(), filepath.Join(dataDir, "airlock.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.st, e.auth = st, auth.New(st)
+	if e.rec, err = audit.New(audit.Config{Sink: st, Logger: testLog}); err != nil {
+		t.Fatal(err)
+	}
 	e.start()
-	// After the driver made its own directories: from here on, nothing new
-	// may stay behind (mounts, loop devices, cgroups, processes, files of
-	// sandboxes).
-	snap := hostcheck.Take(t, filepath.Join(dataDir, "sandboxes"))
+	// After the driver and the network made their own directories: from
+	// here on, nothing new may stay behind (mounts, loop devices, cgroups,
+	// processes, files of sandboxes and their networks).
+	snap := hostcheck.Take(t, filepath.Join(dataDir, "sandboxes"), filepath.Join(dataDir, "network"))
 	t.Cleanup(func() {
 		ctx := context.Background()
 		// Delete what the test left, then nothing may remain on the host.
@@ -122,6 +136,7 @@ func newE2E(t testing.TB) *e2e {
 		}
 		e.stop()
 		snap.AssertNoLeaks(t)
+		e.rec.Close()
 		st.Close()
 		os.RemoveAll(dataDir)
 	})
@@ -140,16 +155,37 @@ func (e *e2e) start() {
 	}
 	s := config.Default()
 	s.DataDir = e.dataDir
+	var (
+		mref atomic.Pointer[manager.Manager]
+		regs map[string][]string
+	)
+	if e.world != nil {
+		ncfg := e.world.netConfig(filepath.Join(e.dataDir, "network"))
+		ncfg.Audit = func(ev network.Event) {
+			if m := mref.Load(); m != nil {
+				m.NetworkEvent(ev)
+			}
+		}
+		regs = network.DefaultRegistries(ncfg.Registries)
+		nm, err := network.New(ncfg)
+		if err != nil {
+			drv.Close()
+			e.t.Fatal(err)
+		}
+		e.nm = nm
+	}
 	m, err := manager.New(manager.Config{Settings: s, Store: e.st, Drivers: []driver.Driver{drv}, Templates: e.tmpl,
-		Logger: testLog, TickInterval: 50 * time.Millisecond, SweepInterval: time.Second})
+		Logger: testLog, TickInterval: 50 * time.Millisecond, SweepInterval: time.Second,
+		Audit: e.rec, Network: manager.NetworkOf(e.nm), Registries: regs})
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	mref.Store(m)
 	if err := m.Start(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}
 	e.drv, e.m = drv, m
-	e.srv = server.New(server.Config{Manager: m, Auth: e.auth, Logger: testLog, Version: "e2e", MaxUploadBytes: 64 << 20})
+	e.srv = server.New(server.Config{Manager: m, Auth: e.auth, Logger: testLog, Version: "e2e", MaxUploadBytes: 64 << 20, Audit: e.rec})
 	e.ts = httptest.NewServer(e.srv.Handler())
 	if e.h == nil {
 		e.h = &harness{t: e.t, keys: map[string]string{}, auth: e.auth}
@@ -165,6 +201,13 @@ func (e *e2e) stop() {
 	e.ts.Close()
 	e.m.Close()
 	e.drv.Close()
+	if e.nm != nil {
+		// Sandboxes keep their kernel state for the next network.Manager.
+		if err := e.nm.Close(); err != nil {
+			e.t.Errorf("closing the network: %v", err)
+		}
+		e.nm = nil
+	}
 	e.ts = nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
@@ -72,12 +73,26 @@ type harness struct {
 	admin    string
 	keys     map[string]string // tenant → key
 	maxUp    int64
+	// rec is the audit trail (withAudit); net the sandbox network
+	// (withNetwork) and regs its registry sets.
+	wantAudit bool
+	rec       *audit.Recorder
+	net       manager.Network
+	regs      map[string][]string
 }
 
 type option func(*harness)
 
 func withSettings(f func(*config.Config)) option { return func(h *harness) { f(&h.settings) } }
 func withMaxUpload(n int64) option               { return func(h *harness) { h.maxUp = n } }
+
+// withAudit records the audit trail in the harness's store.
+func withAudit() option { return func(h *harness) { h.wantAudit = true } }
+
+// withNetwork gives sandboxes network n with registry sets regs.
+func withNetwork(n manager.Network, regs map[string][]string) option {
+	return func(h *harness) { h.net, h.regs = n, regs }
+}
 
 func newHarness(t testing.TB, opts ...option) *harness {
 	t.Helper()
@@ -99,12 +114,21 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		t.Fatal(err)
 	}
 	h.drv = managertest.New("runc", filepath.Join(dir, "sandboxes"))
+	if h.net != nil {
+		h.drv.SetNetworkModes(driver.NetworkNone, driver.NetworkAllowlist, driver.NetworkOpen)
+	}
+	if h.wantAudit {
+		if h.rec, err = audit.New(audit.Config{Sink: st, Logger: testLog}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	h.start()
 	t.Cleanup(func() {
 		h.stop()
 		if err := h.drv.Close(); err != nil {
 			t.Errorf("driver cleanup: %v", err)
 		}
+		h.rec.Close()
 		h.st.Close()
 	})
 	return h
@@ -127,6 +151,7 @@ func (h *harness) start() {
 		Logger:    testLog, Now: h.clock.Now,
 		TickInterval: 20 * time.Millisecond, SweepInterval: 200 * time.Millisecond,
 		AgentDialTimeout: 5 * time.Second, ExecRetention: time.Minute,
+		Audit: h.rec, Network: h.net, Registries: h.regs,
 	})
 	if err != nil {
 		h.t.Fatal(err)
@@ -136,7 +161,7 @@ func (h *harness) start() {
 	}
 	h.m = m
 	h.srv = server.New(server.Config{Manager: m, Auth: h.auth, Logger: testLog, Version: "test",
-		MaxUploadBytes: h.maxUp, Heartbeat: 200 * time.Millisecond})
+		MaxUploadBytes: h.maxUp, Heartbeat: 200 * time.Millisecond, Audit: h.rec})
 	h.ts = httptest.NewServer(h.srv.Handler())
 	h.url = h.ts.URL
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/manager"
 )
@@ -21,8 +22,9 @@ type Metrics struct {
 	requests *prometheus.HistogramVec
 	execs    *prometheus.HistogramVec
 
-	mu sync.Mutex
-	m  *manager.Manager
+	mu    sync.Mutex
+	m     *manager.Manager
+	audit *audit.Recorder
 }
 
 // NewMetrics registers the metrics in reg (a new registry when nil), with
@@ -44,7 +46,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 1800},
 		}, []string{"status"}),
 	}
-	reg.MustRegister(mt.requests, mt.execs, &stateCollector{mt: mt},
+	reg.MustRegister(mt.requests, mt.execs, &stateCollector{mt: mt}, &auditCollector{mt: mt},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return mt
 }
@@ -62,6 +64,39 @@ func (mt *Metrics) watchManager(m *manager.Manager) {
 	mt.mu.Lock()
 	mt.m = m
 	mt.mu.Unlock()
+}
+
+func (mt *Metrics) watchAudit(r *audit.Recorder) {
+	mt.mu.Lock()
+	mt.audit = r
+	mt.mu.Unlock()
+}
+
+// auditCollector reports the audit trail's writer: events written,
+// dropped (a full queue or a failed write) and waiting.
+type auditCollector struct{ mt *Metrics }
+
+var (
+	auditWrittenDesc = prometheus.NewDesc("airlock_audit_events_written_total", "Audit events written to the store.", nil, nil)
+	auditDroppedDesc = prometheus.NewDesc("airlock_audit_events_dropped_total",
+		"Audit events lost: the queue was full or the store failed. Anything but 0 needs attention.", nil, nil)
+	auditQueuedDesc = prometheus.NewDesc("airlock_audit_queue_length", "Audit events waiting to be written.", nil, nil)
+)
+
+func (c *auditCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- auditWrittenDesc
+	ch <- auditDroppedDesc
+	ch <- auditQueuedDesc
+}
+
+func (c *auditCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mt.mu.Lock()
+	r := c.mt.audit
+	c.mt.mu.Unlock()
+	written, dropped, queued := r.Stats() // zeros without a recorder
+	ch <- prometheus.MustNewConstMetric(auditWrittenDesc, prometheus.CounterValue, float64(written))
+	ch <- prometheus.MustNewConstMetric(auditDroppedDesc, prometheus.CounterValue, float64(dropped))
+	ch <- prometheus.MustNewConstMetric(auditQueuedDesc, prometheus.GaugeValue, float64(queued))
 }
 
 // stateCollector reports live sandboxes by state at scrape time.

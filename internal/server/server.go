@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
@@ -37,7 +38,19 @@ type Config struct {
 	// Heartbeat is the SSE keep-alive interval (at most 15 s per API.md);
 	// default 10 s.
 	Heartbeat time.Duration
+	// Audit receives authentication failures (the manager records the
+	// rest) and is reported in the metrics; nil records none.
+	Audit *audit.Recorder
+	// AuthFailureDelay slows every answer to a wrong api key, so that keys
+	// cannot be guessed quickly; default DefaultAuthFailureDelay, negative
+	// for none.
+	AuthFailureDelay time.Duration
 }
+
+// DefaultAuthFailureDelay is long enough to make guessing keys slow (and
+// keys are 256 bits anyway), short enough that a client with a revoked
+// key learns it promptly.
+const DefaultAuthFailureDelay = 200 * time.Millisecond
 
 // Server is the HTTP API.
 type Server struct {
@@ -70,12 +83,16 @@ func New(cfg Config) *Server {
 	if cfg.MaxUploadBytes <= 0 {
 		cfg.MaxUploadBytes = 1 << 30
 	}
+	if cfg.AuthFailureDelay == 0 {
+		cfg.AuthFailureDelay = DefaultAuthFailureDelay
+	}
 	s := &Server{
 		cfg: cfg, m: cfg.Manager, auth: cfg.Auth, metrics: cfg.Metrics,
 		log: cfg.Logger, mux: http.NewServeMux(),
 	}
 	s.streams, s.closeStreams = context.WithCancel(context.Background())
 	cfg.Metrics.watchManager(cfg.Manager)
+	cfg.Metrics.watchAudit(cfg.Audit)
 	s.register()
 	s.handler = s.withRequest(s.mux)
 	return s
@@ -116,6 +133,7 @@ func (s *Server) authed(h handlerFunc, adminOnly bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.auth.Authenticate(r.Context(), r)
 		if err != nil {
+			s.authFailed(r, err)
 			s.writeError(w, r, err)
 			return
 		}
@@ -174,19 +192,27 @@ func (s *Server) register() {
 	s.handle("POST /v1/sandboxes/{id}/execs/{eid}/signal", a(s.signal))
 	s.handle("GET /v1/sandboxes/{id}/pty", a(s.pty))
 
-	s.handle("PUT /v1/sandboxes/{id}/files", a(s.putFile))
+	s.handle("PUT /v1/sandboxes/{id}/network", a(s.updateNetwork))
+
+	// File writes are audited around their handlers.
+	s.handle("PUT /v1/sandboxes/{id}/files", a(s.auditFiles(fileOpWrite, s.putFile)))
 	s.handle("GET /v1/sandboxes/{id}/files", a(s.getFile))
 	s.handle("GET /v1/sandboxes/{id}/fs/list", a(s.fsList))
 	s.handle("GET /v1/sandboxes/{id}/fs/stat", a(s.fsStat))
-	s.handle("POST /v1/sandboxes/{id}/fs/mkdir", a(s.fsMkdir))
-	s.handle("POST /v1/sandboxes/{id}/fs/move", a(s.fsMove))
-	s.handle("DELETE /v1/sandboxes/{id}/fs", a(s.fsRemove))
+	s.handle("POST /v1/sandboxes/{id}/fs/mkdir", a(s.auditFiles(fileOpMkdir, s.fsMkdir)))
+	s.handle("POST /v1/sandboxes/{id}/fs/move", a(s.auditFiles(fileOpMove, s.fsMove)))
+	s.handle("DELETE /v1/sandboxes/{id}/fs", a(s.auditFiles(fileOpRemove, s.fsRemove)))
 
 	s.handle("POST /v1/templates", a(s.createTemplate))
 	s.handle("GET /v1/templates", a(s.listTemplates))
 	s.handle("GET /v1/templates/builds/{id}", a(s.getTemplateBuild))
 	s.handle("GET /v1/templates/{name}", a(s.getTemplate))
 	s.handle("DELETE /v1/templates/{name}", a(s.deleteTemplate))
+
+	s.handle("GET /v1/audit", a(s.listAudit))
+	s.handle("GET /v1/tenants/{tenant}/network", a(s.getTenantNetwork))
+	s.handle("PUT /v1/tenants/{tenant}/network", admin(s.putTenantNetwork))
+	s.handle("DELETE /v1/tenants/{tenant}/network", admin(s.deleteTenantNetwork))
 
 	// Everything else: the API's error shape, 405 when only the method is
 	// wrong.
@@ -261,6 +287,7 @@ func (s *Server) withRequest(next http.Handler) http.Handler {
 		w.Header().Set("X-Request-Id", rs.id)
 		log := s.log.With("request_id", rs.id)
 		ctx := context.WithValue(r.Context(), keyState, rs)
+		ctx = audit.WithRequestID(ctx, rs.id)
 		ctx = withLogger(ctx, log)
 		r = r.WithContext(ctx)
 		rec := &statusRecorder{ResponseWriter: w}

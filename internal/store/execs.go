@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
@@ -35,6 +36,10 @@ type Exec struct {
 	EndedAt     *time.Time
 	DurationMS  int64
 	Error       string
+	// RequestID is the API request that started the exec: CreateExec takes
+	// it from its context (audit.RequestID), FinishExec reads it back.
+	// Listings leave it empty.
+	RequestID string
 }
 
 const execCols = `id, sandbox_id, tenant, argv, shell, user, cwd, pty, status, exit_code, signal, truncated,
@@ -88,9 +93,14 @@ func (s *Store) CreateExec(ctx context.Context, e Exec) error {
 	if e.ExitCode != nil {
 		code = *e.ExitCode
 	}
+	rid := e.RequestID
+	if rid == "" {
+		rid = audit.RequestID(ctx)
+	}
 	_, err := s.createExec.ExecContext(ctx,
 		e.ID, e.SandboxID, e.Tenant, argv, shell, e.User, e.Cwd, e.PTY, e.Status, code, nullStr(e.Signal),
-		e.Truncated, e.StdoutBytes, e.StderrBytes, ts(e.StartedAt), tsp(e.EndedAt), e.DurationMS, nullStr(e.Error))
+		e.Truncated, e.StdoutBytes, e.StderrBytes, ts(e.StartedAt), tsp(e.EndedAt), e.DurationMS, nullStr(e.Error),
+		nullStr(rid))
 	if err != nil {
 		if isUniqueViolation(err) {
 			return fmt.Errorf("%w: exec %q", errdefs.ErrAlreadyExists, e.ID)
@@ -107,15 +117,16 @@ func (s *Store) FinishExec(ctx context.Context, e Exec, events []byte) error {
 	if e.ExitCode != nil {
 		code = *e.ExitCode
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.StmtContext(ctx, s.finishExec).ExecContext(ctx,
+	var rid sql.NullString
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		err := tx.StmtContext(ctx, s.finishExec).QueryRowContext(ctx,
 			e.Status, code, nullStr(e.Signal), e.Truncated, e.StdoutBytes, e.StderrBytes, tsp(e.EndedAt),
-			e.DurationMS, nullStr(e.Error), e.ID)
+			e.DurationMS, nullStr(e.Error), e.ID).Scan(&rid)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: exec %q", errdefs.ErrNotFound, e.ID)
+		}
 		if err != nil {
 			return fmt.Errorf("finishing exec record: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("%w: exec %q", errdefs.ErrNotFound, e.ID)
 		}
 		if events != nil {
 			if _, err := tx.StmtContext(ctx, s.putOutput).ExecContext(ctx, e.ID, events); err != nil {
@@ -124,6 +135,25 @@ func (s *Store) FinishExec(ctx context.Context, e Exec, events []byte) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if h := s.execHook.Load(); h != nil {
+		e.RequestID = rid.String
+		(*h)(e)
+	}
+	return nil
+}
+
+// SetExecHook makes FinishExec call fn with every exec record it wrote,
+// after the commit, on the caller's goroutine (fn must not block); nil
+// removes the hook.
+func (s *Store) SetExecHook(fn func(Exec)) {
+	if fn == nil {
+		s.execHook.Store(nil)
+		return
+	}
+	s.execHook.Store(&fn)
 }
 
 // GetExec returns exec id of sandbox sandboxID.

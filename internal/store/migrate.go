@@ -131,6 +131,32 @@ CREATE TABLE template_builds (
 );
 CREATE INDEX template_builds_status ON template_builds(status);
 `,
+	// 3: the audit trail, the request that started each exec, and a
+	// tenant's default network policy.
+	`
+CREATE TABLE audit_events (
+	seq        INTEGER PRIMARY KEY AUTOINCREMENT, -- never reused, so cursors stay valid across purges
+	id         TEXT NOT NULL UNIQUE,              -- aud_…
+	time       INTEGER NOT NULL,
+	type       TEXT NOT NULL,
+	tenant     TEXT NOT NULL DEFAULT '',          -- '' for failures of unknown keys
+	sandbox_id TEXT NOT NULL DEFAULT '',          -- no FK: the trail outlives the sandbox row
+	template   TEXT NOT NULL DEFAULT '',
+	request_id TEXT NOT NULL DEFAULT '',
+	detail     TEXT NOT NULL DEFAULT '{}'         -- JSON object, secrets redacted
+);
+CREATE INDEX audit_tenant ON audit_events(tenant, seq);
+CREATE INDEX audit_sandbox ON audit_events(sandbox_id, seq);
+CREATE INDEX audit_time ON audit_events(time);
+-- Append-only: rows are never changed; only the retention purge deletes.
+CREATE TRIGGER audit_events_append_only BEFORE UPDATE ON audit_events
+BEGIN
+	SELECT RAISE(ABORT, 'audit events are append-only');
+END;
+
+ALTER TABLE execs ADD COLUMN request_id TEXT;
+ALTER TABLE tenants ADD COLUMN network TEXT;   -- JSON api.Network: the tenant's default policy
+`,
 }
 
 func migrate(ctx context.Context, db *sql.DB) error {

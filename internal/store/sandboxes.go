@@ -340,8 +340,8 @@ func (s *Store) SandboxesInStates(ctx context.Context, states ...string) ([]Sand
 
 // Purge deletes records that ended before before: sandboxes in state
 // stopped or error whose EndedAt is older, ended execs (and their output),
-// idempotency keys older than it, and the records of failed template
-// builds. It returns how many sandboxes went.
+// idempotency keys and audit events older than it, and the records of
+// failed template builds. It returns how many sandboxes went.
 func (s *Store) Purge(ctx context.Context, before time.Time) (int, error) {
 	var n int64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
@@ -358,6 +358,9 @@ func (s *Store) Purge(ctx context.Context, before time.Time) (int, error) {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE created_at < ?`, b); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM audit_events WHERE time < ?`, b); err != nil {
 			return err
 		}
 		// Failed builds are kept for their logs until the retention; the

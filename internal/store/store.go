@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -41,6 +42,10 @@ type Store struct {
 	createExec *sql.Stmt
 	finishExec *sql.Stmt
 	putOutput  *sql.Stmt
+
+	// execHook, when set, is told of every exec record FinishExec wrote
+	// (the audit trail's exec events).
+	execHook atomic.Pointer[func(Exec)]
 }
 
 // Open opens (creating if needed) the database at path and applies pending
@@ -97,9 +102,9 @@ func (s *Store) prepare(ctx context.Context) error {
 		return st
 	}
 	s.keyByHash = prep(s.r, `SELECT `+keyCols+` FROM api_keys WHERE hash = ?`)
-	s.createExec = prep(s.w, `INSERT INTO execs(`+execCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
+	s.createExec = prep(s.w, `INSERT INTO execs(`+execCols+`, request_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
 	s.finishExec = prep(s.w, `UPDATE execs SET status=?, exit_code=?, signal=?, truncated=?, stdout_bytes=?,
-			stderr_bytes=?, ended_at=?, duration_ms=?, error=? WHERE id=?`)
+			stderr_bytes=?, ended_at=?, duration_ms=?, error=? WHERE id=? RETURNING request_id`)
 	s.putOutput = prep(s.w, `INSERT INTO exec_output(exec_id, events) VALUES (?, ?)
 				ON CONFLICT(exec_id) DO UPDATE SET events = excluded.events`)
 	if err != nil {

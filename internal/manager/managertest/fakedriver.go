@@ -37,6 +37,8 @@ type Driver struct {
 	health     driver.Health
 	created    int
 	destroyed  int
+	netModes   []driver.NetworkMode
+	specs      map[string]driver.Spec
 }
 
 type sbx struct {
@@ -60,8 +62,27 @@ var (
 func New(name, dir string) *Driver {
 	return &Driver{
 		name: name, dir: dir, sandboxes: map[string]*sbx{},
-		health: driver.Health{State: driver.HealthHealthy},
+		health:   driver.Health{State: driver.HealthHealthy},
+		netModes: []driver.NetworkMode{driver.NetworkNone},
+		specs:    map[string]driver.Spec{},
 	}
+}
+
+// SetNetworkModes sets the network modes Capabilities reports (default:
+// none only). The fake ignores the namespace it is given: its sandboxes
+// have the host's network.
+func (d *Driver) SetNetworkModes(modes ...driver.NetworkMode) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.netModes = modes
+}
+
+// Spec returns the spec sandbox id was created with.
+func (d *Driver) Spec(id string) (driver.Spec, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.specs[id]
+	return s, ok
 }
 
 // Name implements driver.Driver.
@@ -69,7 +90,9 @@ func (d *Driver) Name() string { return d.name }
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Isolation: driver.IsolationContainer, Pause: true, NetworkModes: []driver.NetworkMode{driver.NetworkNone}}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return driver.Capabilities{Isolation: driver.IsolationContainer, Pause: true, NetworkModes: append([]driver.NetworkMode(nil), d.netModes...)}
 }
 
 // SetHealth sets what Probe reports.
@@ -117,6 +140,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (*driver.Handle, 
 		return nil, err
 	}
 	d.created++
+	d.specs[spec.ID] = spec
 	d.sandboxes[spec.ID] = &sbx{id: spec.ID, root: root, state: driver.StateCreated}
 	return &driver.Handle{ID: spec.ID, Driver: d.name, Version: 1}, nil
 }
