@@ -29,6 +29,9 @@ type Config struct {
 	Template, Runtime string
 	// CreateRuns, ExecRuns, FileRuns are the measured iterations of each part.
 	CreateRuns, ExecRuns, FileRuns int
+	// LayeredRuns is how many creates from a multi-layer template (and from
+	// base, interleaved) are measured; 0 skips the case.
+	LayeredRuns int
 	// FileBytes is the size of the upload/download (100 MiB by default).
 	FileBytes int64
 	// IdleSandboxes is how many idle sandboxes the memory overhead is
@@ -98,6 +101,11 @@ type Report struct {
 	Create, Exec, Upload, Download Samples
 	BareRunc, ForkExec, LocalCp    Samples
 	FileBytes                      int64
+	// Layered is create → first result from a template of several layers
+	// (base plus LayeredSteps RUN layers), interleaved with Create's runs of
+	// the same count so both see the same host; nil when not measured.
+	Layered, LayeredBase Samples
+	LayeredLayers        int
 	// Idle is the memory of idle sandboxes, nil when not measured.
 	Idle  *IdleMemory
 	Notes []string
@@ -157,6 +165,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.Notes = append(r.Notes, note)
 	}
 	runc = nil
+
+	// (a') a sandbox from a template of several layers starts as fast as
+	// one from base: layers are mounted read-only and shared, never copied.
+	if cfg.LayeredRuns > 0 {
+		if err := measureLayered(ctx, cfg, r, creq, trueReq); err != nil {
+			r.Notes = append(r.Notes, "layered template case failed: "+err.Error())
+		}
+	}
 
 	// (b) and (c) in one sandbox.
 	sbx, err := c.CreateSandbox(ctx, creq)
@@ -275,6 +291,70 @@ type Row struct {
 	OK       *bool // nil when it cannot be judged
 }
 
+// layeredSteps is how many RUN layers the layered template adds to base.
+const layeredSteps = 4
+
+// measureLayered builds (or reuses, through the layer cache) a template of
+// base plus layeredSteps RUN layers, then alternates creates from it and
+// from the base template, so the two figures share the same host load.
+func measureLayered(ctx context.Context, cfg Config, r *Report, base api.CreateSandboxRequest, trueReq api.ExecRequest) error {
+	c := cfg.Client
+	var spec strings.Builder
+	spec.WriteString("FROM base\n")
+	for i := range layeredSteps {
+		fmt.Fprintf(&spec, "RUN mkdir -p /opt/layer%d && seq 1 %d > /opt/layer%d/data\n", i, 1000*(i+1), i)
+	}
+	const name = "airlock-bench-layers"
+	fmt.Fprintf(cfg.Progress, "building template %s (%d layers over base)\n", name, layeredSteps)
+	started, err := c.BuildTemplate(ctx, api.TemplateBuildRequest{Name: name, Dockerfile: spec.String()}, client.BuildUploads{})
+	if err != nil {
+		return fmt.Errorf("building: %w", err)
+	}
+	b, err := c.FollowTemplateBuild(ctx, started.BuildID, io.Discard)
+	if err != nil {
+		return fmt.Errorf("building: %w", err)
+	}
+	if b.Status != "ready" {
+		return fmt.Errorf("build %s: %s", b.Status, b.Error)
+	}
+	layered := base
+	layered.Template = fmt.Sprintf("%s@%d", name, started.Version)
+	one := func(req api.CreateSandboxRequest) (time.Duration, error) {
+		start := time.Now()
+		sbx, err := c.CreateSandbox(ctx, req)
+		if err != nil {
+			return 0, fmt.Errorf("creating sandbox: %w", err)
+		}
+		res, err := c.Exec(ctx, sbx.ID, trueReq)
+		d := time.Since(start)
+		derr := deleteSandbox(ctx, c, sbx.ID)
+		if err == nil {
+			err = succeeded(res)
+		}
+		if err == nil {
+			err = derr
+		}
+		return d, err
+	}
+	fmt.Fprintf(cfg.Progress, "create from the layered template vs base: %d runs each\n", cfg.LayeredRuns)
+	for i := -1; i < cfg.LayeredRuns; i++ {
+		dl, err := one(layered)
+		if err != nil {
+			return err
+		}
+		db, err := one(base)
+		if err != nil {
+			return err
+		}
+		if i >= 0 {
+			r.Layered = append(r.Layered, dl)
+			r.LayeredBase = append(r.LayeredBase, db)
+		}
+	}
+	r.LayeredLayers = layeredSteps + 1
+	return nil
+}
+
 // Rows computes the report's table: each airlock figure against its
 // baseline and target.
 func (r *Report) Rows() []Row {
@@ -289,6 +369,15 @@ func (r *Report) Rows() []Row {
 		row.OK = judge(row.Ratio <= 2)
 	}
 	rows = append(rows, row)
+
+	if len(r.Layered) > 0 && len(r.LayeredBase) > 0 {
+		row = Row{Metric: fmt.Sprintf("create → first result from a %d-layer template", r.LayeredLayers),
+			Target: "≈ base (≤ 1.25×)", Airlock: fmtP(r.Layered),
+			Baseline: "same from `base`, interleaved " + ms(r.LayeredBase.Percentile(50)),
+			Ratio:    ratio(r.Layered.Percentile(50), r.LayeredBase.Percentile(50))}
+		row.OK = judge(row.Ratio <= 1.25)
+		rows = append(rows, row)
+	}
 
 	row = Row{Metric: "exec round trip (`echo hi`), p50", Target: "≤ 3× fork/exec", Ratio: math.NaN(), Airlock: fmtP(r.Exec)}
 	if len(r.ForkExec) > 0 && len(r.Exec) > 0 {
