@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
 )
@@ -105,7 +106,7 @@ func TestSpecStructure(t *testing.T) {
 	}
 	// Later issues stay planned until they land.
 	for _, p := range []string{"/v1/sandboxes/{id}/snapshots", "/v1/sandboxes/{id}/code", "/v1/sandboxes/{id}/contexts",
-		"/v1/volumes", "/v1/usage"} {
+		"/v1/volumes"} {
 		if item, ok := paths[p].(map[string]any); !ok || item["x-airlock-status"] != "planned" {
 			t.Errorf("%s should be in the spec as planned", p)
 		}
@@ -192,6 +193,7 @@ func TestSpecSchemasMatchTypes(t *testing.T) {
 	types := []any{
 		api.ErrorBody{}, api.ErrorDetail{}, api.Resources{}, api.Network{}, api.VolumeMount{},
 		api.CreateSandboxRequest{}, api.Sandbox{}, api.SandboxList{}, api.TimeoutRequest{}, api.Metrics{},
+		api.UsageAmounts{}, api.UsageReport{},
 		api.ExecRequest{}, api.ExecResult{}, api.ExecStarted{}, api.ExecList{}, api.OutputEvent{},
 		api.SignalRequest{}, api.PTYResize{}, api.FileWritten{}, api.FileInfo{}, api.FileList{},
 		api.MkdirRequest{}, api.MoveRequest{}, api.CreateKeyRequest{}, api.Key{}, api.KeyList{},
@@ -313,6 +315,8 @@ func TestSDKCallsAreInSpec(t *testing.T) {
 	c.Pause(ctx, s)
 	c.Resume(ctx, s)
 	c.Metrics(ctx, s)
+	c.MetricsSeries(ctx, s, time.Time{})
+	c.Usage(ctx, UsageOptions{})
 	c.Exec(ctx, s, api.ExecRequest{})
 	c.ExecAsync(ctx, s, api.ExecRequest{})
 	Consume(c.ExecStream(ctx, s, api.ExecRequest{}), StreamHandlers{})
@@ -338,8 +342,8 @@ func TestSDKCallsAreInSpec(t *testing.T) {
 	c.Info(ctx)
 	c.Health(ctx)
 	c.Ready(ctx)
-	if len(seen) != 33 {
-		t.Errorf("recorded %d requests, want 33: %v", len(seen), seen)
+	if len(seen) != 35 {
+		t.Errorf("recorded %d requests, want 35: %v", len(seen), seen)
 	}
 	for _, req := range seen {
 		method, p, _ := strings.Cut(req, " ")

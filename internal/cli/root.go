@@ -181,6 +181,8 @@ stderr as one line "airlock: <message> (<code>)".`,
 		a.newKeysCmd(),
 		a.newTemplateCmd(),
 		a.newAuditCmd(),
+		a.newUsageCmd(),
+		a.newTopCmd(),
 		a.newDoctorCmd(),
 		a.newVersionCmd(),
 	)

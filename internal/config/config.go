@@ -74,6 +74,29 @@ type Config struct {
 	// ShutdownTimeoutS bounds how long a graceful shutdown waits for
 	// in-flight requests.
 	ShutdownTimeoutS int64 `json:"shutdown_timeout_s"`
+
+	// SampleIntervalS is how often every live sandbox's resource use is
+	// sampled: the per-sandbox time series and usage metering both advance
+	// by one sample, so it is also the most a daemon crash can lose.
+	SampleIntervalS int64 `json:"sample_interval_s"`
+	// Prices turn metered usage into cost; all zero means no cost.
+	Prices Prices `json:"prices"`
+}
+
+// Prices is the price table of usage metering, in one currency of the
+// operator's choosing.
+type Prices struct {
+	// VCPUSecond is per allocated vCPU-second (cpu limit x running seconds).
+	VCPUSecond float64 `json:"vcpu_second,omitempty"`
+	// GiBSecond is per GiB-second of memory limit while running.
+	GiBSecond float64 `json:"gib_second,omitempty"`
+	// DiskGiBHour is per GiB-hour of disk limit while the sandbox exists
+	// (running or paused).
+	DiskGiBHour float64 `json:"disk_gib_hour,omitempty"`
+	// EgressGiB is per GiB sent out of the sandbox.
+	EgressGiB float64 `json:"egress_gib,omitempty"`
+	// SandboxSecond is per running sandbox-second.
+	SandboxSecond float64 `json:"sandbox_second,omitempty"`
 }
 
 // Default returns the built-in defaults.
@@ -97,6 +120,7 @@ func Default() Config {
 		MaxMetadataBytes:      16 << 10,
 		RecordRetentionS:      7 * 24 * 3600,
 		ShutdownTimeoutS:      30,
+		SampleIntervalS:       5,
 	}
 }
 
@@ -134,6 +158,7 @@ var EnvVars = []string{
 	"AIRLOCK_DEFAULT_TIMEOUT_S", "AIRLOCK_MAX_TIMEOUT_S", "AIRLOCK_MAX_SANDBOXES",
 	"AIRLOCK_MAX_SANDBOXES_PER_TENANT", "AIRLOCK_MAX_UPLOAD_BYTES", "AIRLOCK_MAX_EXEC_TIMEOUT_S",
 	"AIRLOCK_MAX_EXEC_OUTPUT_BYTES", "AIRLOCK_RECORD_RETENTION_S", "AIRLOCK_SHUTDOWN_TIMEOUT_S",
+	"AIRLOCK_SAMPLE_INTERVAL_S",
 }
 
 func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
@@ -189,6 +214,7 @@ func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
 	i64("AIRLOCK_MAX_EXEC_OUTPUT_BYTES", &c.MaxExecOutputBytes)
 	i64("AIRLOCK_RECORD_RETENTION_S", &c.RecordRetentionS)
 	i64("AIRLOCK_SHUTDOWN_TIMEOUT_S", &c.ShutdownTimeoutS)
+	i64("AIRLOCK_SAMPLE_INTERVAL_S", &c.SampleIntervalS)
 	return firstErr
 }
 
@@ -212,6 +238,11 @@ func (c Config) Validate() error {
 		return bad("max_upload_bytes, max_exec_timeout_s and max_exec_output_bytes must be positive")
 	case c.MaxEnvBytes <= 0 || c.MaxMetadataBytes <= 0:
 		return bad("max_env_bytes and max_metadata_bytes must be positive")
+	case c.SampleIntervalS <= 0:
+		return bad("sample_interval_s must be positive")
+	}
+	if p := c.Prices; p.VCPUSecond < 0 || p.GiBSecond < 0 || p.DiskGiBHour < 0 || p.EgressGiB < 0 || p.SandboxSecond < 0 {
+		return bad("prices must not be negative")
 	}
 	d, m := c.DefaultResources, c.MaxResources
 	if d.CPU <= 0 || d.MemoryMB <= 0 || d.DiskMB <= 0 || d.PIDs <= 0 {
@@ -231,4 +262,9 @@ func (c Config) Validate() error {
 // RecordRetention is RecordRetentionS as a duration.
 func (c Config) RecordRetention() time.Duration {
 	return time.Duration(c.RecordRetentionS) * time.Second
+}
+
+// SampleInterval is SampleIntervalS as a duration.
+func (c Config) SampleInterval() time.Duration {
+	return time.Duration(c.SampleIntervalS) * time.Second
 }

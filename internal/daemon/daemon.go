@@ -260,7 +260,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	metrics := server.NewMetrics(nil)
 	mcfg := manager.Config{
 		Settings: cfg, Store: st, Drivers: drivers, Templates: bld, Builder: bld, Logger: log,
-		OnExecEnd: metrics.ObserveExec, Audit: rec, DefaultNetworkMode: opts.DefaultNetworkMode,
+		Observer: metrics, Audit: rec, DefaultNetworkMode: opts.DefaultNetworkMode,
 		Network: manager.NetworkOf(nm), Registries: regs,
 	}
 	m, err := manager.New(mcfg)

@@ -130,7 +130,13 @@ func (sb *sandbox) withAgent(ctx context.Context, fn func(*agentclient.Client) e
 		if err != nil {
 			return err
 		}
-		err = fn(c)
+		if o := sb.m.cfg.Observer; o != nil {
+			start := time.Now()
+			err = fn(c)
+			o.AgentCall(time.Since(start))
+		} else {
+			err = fn(c)
+		}
 		if err == nil || attempt > 0 || !errors.Is(err, errdefs.ErrUnavailable) || ctx.Err() != nil {
 			return err
 		}

@@ -70,10 +70,14 @@ type CreateResult struct {
 // Create validates req, starts a sandbox for p's tenant and returns it once
 // its agent answered. idemKey is the Idempotency-Key header ("" for none).
 // On any failure nothing of the sandbox is left running.
-func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSandboxRequest, idemKey string) (CreateResult, error) {
+func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSandboxRequest, idemKey string) (_ CreateResult, err error) {
 	sp, drv, err := m.validateCreate(req)
 	if err != nil {
 		return CreateResult{}, err
+	}
+	if o := m.cfg.Observer; o != nil {
+		start := time.Now()
+		defer func() { o.CreateDone(drv.Name(), time.Since(start), err == nil) }()
 	}
 	if sp.Network, err = m.networkFor(ctx, p.Tenant, req.Network, drv); err != nil {
 		return CreateResult{}, err

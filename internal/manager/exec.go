@@ -187,7 +187,7 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 	now := m.now().UTC()
 	rec := store.Exec{
 		ID: areq.ID, SandboxID: sb.id, Tenant: sb.tenant, User: areq.User,
-		Cwd: areq.Cwd, PTY: req.PTY, Status: api.ExecRunning, StartedAt: now,
+		Cwd: areq.Cwd, PTY: req.PTY, Status: api.ExecRunning, StartedAt: now, Template: sb.template(),
 	}
 	// A command line may carry a secret verbatim: the record keeps it masked.
 	if req.Cmd != nil {
@@ -521,6 +521,9 @@ func (t *execTracker) finish(res agentproto.ExecResult) {
 		m.log.Error("recording exec result", "sandbox_id", sb.id, "exec_id", t.id, "err", err)
 	}
 	cancel()
+	if o := m.cfg.Observer; o != nil {
+		o.ExecDone(sb.drv.Name(), status, time.Duration(rec.DurationMS)*time.Millisecond)
+	}
 	if m.cfg.OnExecEnd != nil {
 		m.cfg.OnExecEnd(status, time.Duration(rec.DurationMS)*time.Millisecond)
 	}

@@ -212,6 +212,8 @@ func (m *Manager) stop(ctx context.Context, sb *sandbox, reason string) error {
 	if !isLive(st) {
 		return nil // someone else stopped it first
 	}
+	// The last seconds are accounted while the counters can still be read.
+	m.sample(cctx, sb)
 	if st != api.StateStopping {
 		if err := sb.setState(cctx, api.StateStopping, func(r *store.Sandbox) { r.DesiredState = api.StateStopped }); err != nil {
 			return err
@@ -269,6 +271,8 @@ func (m *Manager) crashed(ctx context.Context, sb *sandbox, why string) {
 		return
 	}
 	m.log.Warn("sandbox crashed", "sandbox_id", sb.id, "tenant", sb.tenant, "driver", sb.drv.Name(), "why", why)
+	// Bill up to the crash's discovery; counters keep their last sample.
+	m.sample(cctx, sb)
 	sb.markGone()
 	sb.closeClient()
 	if err := sb.drv.Destroy(cctx, sb.id); err != nil {
@@ -340,6 +344,8 @@ func (m *Manager) Pause(ctx context.Context, p auth.Principal, id string) (api.S
 	if err := sb.update(ctx, func(r *store.Sandbox) { r.DesiredState = api.StatePaused }); err != nil {
 		return api.Sandbox{}, err
 	}
+	// Seconds until now were running ones.
+	m.sample(ctx, sb)
 	if err := pz.Pause(ctx, sb.id); err != nil {
 		sb.update(context.WithoutCancel(ctx), func(r *store.Sandbox) { r.DesiredState = api.StateRunning })
 		return api.Sandbox{}, fmt.Errorf("pausing: %w", err)
@@ -376,6 +382,8 @@ func (m *Manager) Resume(ctx context.Context, p auth.Principal, id string) (api.
 	if err := sb.update(ctx, func(r *store.Sandbox) { r.DesiredState = api.StateRunning }); err != nil {
 		return api.Sandbox{}, err
 	}
+	// Seconds until now were paused ones.
+	m.sample(ctx, sb)
 	if err := pz.Resume(ctx, sb.id); err != nil {
 		return api.Sandbox{}, fmt.Errorf("resuming: %w", err)
 	}

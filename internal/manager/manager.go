@@ -112,6 +112,23 @@ type Config struct {
 	// Audit receives the audit trail (sandbox lifecycle, execs, file
 	// writes, egress); nil records nothing.
 	Audit *audit.Recorder
+	// SampleInterval overrides Settings.SampleInterval (tests shorten it).
+	SampleInterval time.Duration
+	// Observer, when set, is told of creates, execs and agent round trips
+	// (metrics).
+	Observer Observer
+}
+
+// Observer receives latencies for metrics. Calls are on hot paths: they
+// must not block.
+type Observer interface {
+	// CreateDone is told how long a create took on runtime and whether it
+	// succeeded.
+	CreateDone(runtime string, d time.Duration, ok bool)
+	// ExecDone is told the runtime, final status and duration of an exec.
+	ExecDone(runtime, status string, d time.Duration)
+	// AgentCall is told the duration of one manager-to-agent call.
+	AgentCall(d time.Duration)
 }
 
 // Manager runs sandboxes. Create one with New, call Start, and Close it to
@@ -186,6 +203,9 @@ type sandbox struct {
 	// expired): trackers finish their execs as killed.
 	gone     chan struct{}
 	goneOnce sync.Once
+
+	// meter is the sandbox's metrics series and usage cursor (sampler.go).
+	meter meter
 }
 
 // New returns a Manager for cfg. Call Start before use.
@@ -216,6 +236,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.ExecRetention <= 0 {
 		cfg.ExecRetention = defaultExecRetention
+	}
+	if cfg.SampleInterval <= 0 {
+		cfg.SampleInterval = cfg.Settings.SampleInterval()
 	}
 	if cfg.DefaultNetworkMode == "" {
 		cfg.DefaultNetworkMode = string(network.ModeNone)
@@ -276,8 +299,9 @@ func (m *Manager) Start(ctx context.Context) error {
 		return err
 	}
 	m.started = true
-	m.wg.Add(1)
+	m.wg.Add(2)
 	go m.loop()
+	go m.sampleLoop()
 	return nil
 }
 
@@ -516,4 +540,35 @@ func (sb *sandbox) update(ctx context.Context, mutate func(*store.Sandbox)) erro
 // cut short, bounded by cleanupTimeout.
 func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
+
+// SandboxCount is how many live sandboxes share a state, runtime and
+// template (name only, so label values stay few).
+type SandboxCount struct {
+	State, Runtime, Template string
+	N                        int
+}
+
+// SandboxCounts groups the live sandboxes by state, runtime and template
+// (metrics).
+func (m *Manager) SandboxCounts() []SandboxCount {
+	type key struct{ st, rt, tp string }
+	counts := map[key]int{}
+	for _, sb := range m.liveList() {
+		sb.mu.Lock()
+		counts[key{sb.rec.State, sb.rec.Runtime, sb.rec.Template}]++
+		sb.mu.Unlock()
+	}
+	out := make([]SandboxCount, 0, len(counts))
+	for k, n := range counts {
+		out = append(out, SandboxCount{State: k.st, Runtime: k.rt, Template: k.tp, N: n})
+	}
+	return out
+}
+
+// Capacity returns the host's sandbox capacity and how much of it is used.
+func (m *Manager) Capacity() (max, used int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.settings.MaxSandboxes, len(m.live)
 }

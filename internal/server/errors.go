@@ -125,6 +125,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		log.Debug("request refused", "status", c.status, "code", c.code, "err", err)
 	}
+	s.metrics.observeError(c.code)
 	body := api.ErrorBody{Error: api.ErrorDetail{
 		Code: c.code, Message: c.message, RequestID: requestIDFrom(r.Context()),
 	}}

@@ -185,10 +185,34 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, p auth.Principal
 }
 
 func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	mt, err := s.m.Metrics(r.Context(), p, r.PathValue("id"))
+	since, err := queryTime(r, "since")
+	if err != nil {
+		return err
+	}
+	mt, err := s.m.MetricsSeries(r.Context(), p, r.PathValue("id"), since)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, mt)
+	return nil
+}
+
+// usage serves GET /v1/usage: the caller's tenant's metered usage, or for
+// an admin key a tenant's (tenant=) or everyone's.
+func (s *Server) usage(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	from, err := queryTime(r, "from")
+	if err != nil {
+		return err
+	}
+	to, err := queryTime(r, "to")
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	rep, err := s.m.Usage(r.Context(), p, q.Get("tenant"), from, to, q.Get("group_by"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, rep)
 	return nil
 }

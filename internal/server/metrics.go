@@ -21,6 +21,9 @@ type Metrics struct {
 	reg      *prometheus.Registry
 	requests *prometheus.HistogramVec
 	execs    *prometheus.HistogramVec
+	creates  *prometheus.HistogramVec
+	agent    prometheus.Histogram
+	errors   *prometheus.CounterVec
 
 	mu    sync.Mutex
 	m     *manager.Manager
@@ -44,17 +47,47 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Name:    "airlock_exec_duration_seconds",
 			Help:    "Duration of commands run in sandboxes, by final status.",
 			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 1800},
-		}, []string{"status"}),
+		}, []string{"runtime", "status"}),
+		creates: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "airlock_create_duration_seconds",
+			Help:    "Duration of sandbox creates, by runtime and result (ok or error).",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 120},
+		}, []string{"runtime", "result"}),
+		agent: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "airlock_agent_call_duration_seconds",
+			Help:    "Duration of manager-to-agent round trips (one call, retries apart).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .5, 1, 5},
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_api_errors_total",
+			Help: "API error responses by error code.",
+		}, []string{"code"}),
 	}
-	reg.MustRegister(mt.requests, mt.execs, &stateCollector{mt: mt}, &auditCollector{mt: mt},
+	reg.MustRegister(mt.requests, mt.execs, mt.creates, mt.agent, mt.errors, &stateCollector{mt: mt}, &auditCollector{mt: mt},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return mt
 }
 
-// ObserveExec records an ended exec (manager.Config.OnExecEnd).
-func (mt *Metrics) ObserveExec(status string, d time.Duration) {
-	mt.execs.WithLabelValues(status).Observe(d.Seconds())
+var _ manager.Observer = (*Metrics)(nil)
+
+// ExecDone implements manager.Observer.
+func (mt *Metrics) ExecDone(runtime, status string, d time.Duration) {
+	mt.execs.WithLabelValues(runtime, status).Observe(d.Seconds())
 }
+
+// CreateDone implements manager.Observer.
+func (mt *Metrics) CreateDone(runtime string, d time.Duration, ok bool) {
+	result := "ok"
+	if !ok {
+		result = "error"
+	}
+	mt.creates.WithLabelValues(runtime, result).Observe(d.Seconds())
+}
+
+// AgentCall implements manager.Observer.
+func (mt *Metrics) AgentCall(d time.Duration) { mt.agent.Observe(d.Seconds()) }
+
+func (mt *Metrics) observeError(code string) { mt.errors.WithLabelValues(code).Inc() }
 
 func (mt *Metrics) observeRequest(method, route string, status int, d time.Duration) {
 	mt.requests.WithLabelValues(method, route, strconv.Itoa(status)).Observe(d.Seconds())
@@ -99,12 +132,25 @@ func (c *auditCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(auditQueuedDesc, prometheus.GaugeValue, float64(queued))
 }
 
-// stateCollector reports live sandboxes by state at scrape time.
+// stateCollector reports, at scrape time, live sandboxes by state, runtime
+// and template, the capacity and the warm pools.
 type stateCollector struct{ mt *Metrics }
 
-var sandboxesDesc = prometheus.NewDesc("airlock_sandboxes", "Live sandboxes by state.", []string{"state"}, nil)
+var (
+	sandboxesDesc = prometheus.NewDesc("airlock_sandboxes", "Live sandboxes by state, runtime and template.",
+		[]string{"state", "runtime", "template"}, nil)
+	capacityDesc = prometheus.NewDesc("airlock_capacity_sandboxes", "Host sandbox capacity (max_sandboxes).", nil, nil)
+	usedDesc     = prometheus.NewDesc("airlock_capacity_used_sandboxes", "Live sandboxes counted against the capacity.", nil, nil)
+	poolDesc     = prometheus.NewDesc("airlock_pool_sandboxes",
+		"Warm pool size by runtime and template (0: warm pools do not exist yet).", []string{"runtime", "template"}, nil)
+)
 
-func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sandboxesDesc }
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sandboxesDesc
+	ch <- capacityDesc
+	ch <- usedDesc
+	ch <- poolDesc
+}
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mt.mu.Lock()
@@ -113,9 +159,15 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if m == nil {
 		return
 	}
-	for state, n := range m.StateCounts() {
-		ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(n), state)
+	for _, sc := range m.SandboxCounts() {
+		ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(sc.N), sc.State, sc.Runtime, sc.Template)
 	}
+	maxN, used := m.Capacity()
+	ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(maxN))
+	ch <- prometheus.MustNewConstMetric(usedDesc, prometheus.GaugeValue, float64(used))
+	// No warm pools yet: the series exists so dashboards and alerts can be
+	// written against it now.
+	ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, 0, "", "")
 }
 
 // promMetrics serves GET /metrics (admin keys only: it describes every tenant).

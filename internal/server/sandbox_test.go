@@ -452,7 +452,7 @@ func TestInfoAndMetrics(t *testing.T) {
 	}
 	r := h.req("GET", "/metrics", h.admin, nil)
 	h.expect(r, 200, "")
-	for _, want := range []string{`airlock_sandboxes{state="running"} 1`, `airlock_http_request_duration_seconds_bucket{code="201",method="POST",route="POST /v1/sandboxes"`} {
+	for _, want := range []string{`airlock_sandboxes{runtime="runc",state="running",template="base"} 1`, `airlock_capacity_sandboxes 200`, `airlock_http_request_duration_seconds_bucket{code="201",method="POST",route="POST /v1/sandboxes"`} {
 		if !strings.Contains(string(r.body), want) {
 			t.Fatalf("metrics lack %q", want)
 		}

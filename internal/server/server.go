@@ -183,6 +183,7 @@ func (s *Server) register() {
 	s.handle("POST /v1/sandboxes/{id}/pause", a(s.pause))
 	s.handle("POST /v1/sandboxes/{id}/resume", a(s.resume))
 	s.handle("GET /v1/sandboxes/{id}/metrics", a(s.sandboxMetrics))
+	s.handle("GET /v1/usage", a(s.usage))
 
 	s.handle("POST /v1/sandboxes/{id}/exec", a(s.exec))
 	s.handle("GET /v1/sandboxes/{id}/execs", a(s.listExecs))

@@ -40,21 +40,25 @@ type Exec struct {
 	// it from its context (audit.RequestID), FinishExec reads it back.
 	// Listings leave it empty.
 	RequestID string
+	// Template is the sandbox's template (name:version) when the exec
+	// started, kept so the record still says it after the sandbox is gone.
+	Template string
 }
 
 const execCols = `id, sandbox_id, tenant, argv, shell, user, cwd, pty, status, exit_code, signal, truncated,
-	stdout_bytes, stderr_bytes, started_at, ended_at, duration_ms, error`
+	stdout_bytes, stderr_bytes, started_at, ended_at, duration_ms, error, template`
 
 func scanExec(row interface{ Scan(...any) error }) (Exec, error) {
 	var (
 		e                      Exec
 		argv, shell, sig, eerr sql.NullString
+		tmpl                   sql.NullString
 		code                   sql.NullInt64
 		started                int64
 		ended                  sql.NullInt64
 	)
 	err := row.Scan(&e.ID, &e.SandboxID, &e.Tenant, &argv, &shell, &e.User, &e.Cwd, &e.PTY, &e.Status, &code, &sig,
-		&e.Truncated, &e.StdoutBytes, &e.StderrBytes, &started, &ended, &e.DurationMS, &eerr)
+		&e.Truncated, &e.StdoutBytes, &e.StderrBytes, &started, &ended, &e.DurationMS, &eerr, &tmpl)
 	if err != nil {
 		return Exec{}, err
 	}
@@ -71,7 +75,7 @@ func scanExec(row interface{ Scan(...any) error }) (Exec, error) {
 		c := int(code.Int64)
 		e.ExitCode = &c
 	}
-	e.Signal, e.Error = sig.String, eerr.String
+	e.Signal, e.Error, e.Template = sig.String, eerr.String, tmpl.String
 	e.StartedAt, e.EndedAt = fromTS(started), fromTSP(ended)
 	return e, nil
 }
@@ -100,7 +104,7 @@ func (s *Store) CreateExec(ctx context.Context, e Exec) error {
 	_, err := s.createExec.ExecContext(ctx,
 		e.ID, e.SandboxID, e.Tenant, argv, shell, e.User, e.Cwd, e.PTY, e.Status, code, nullStr(e.Signal),
 		e.Truncated, e.StdoutBytes, e.StderrBytes, ts(e.StartedAt), tsp(e.EndedAt), e.DurationMS, nullStr(e.Error),
-		nullStr(rid))
+		nullStr(e.Template), nullStr(rid))
 	if err != nil {
 		if isUniqueViolation(err) {
 			return fmt.Errorf("%w: exec %q", errdefs.ErrAlreadyExists, e.ID)

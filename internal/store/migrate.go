@@ -157,6 +157,33 @@ END;
 ALTER TABLE execs ADD COLUMN request_id TEXT;
 ALTER TABLE tenants ADD COLUMN network TEXT;   -- JSON api.Network: the tenant's default policy
 `,
+	// 4: usage metering (hourly buckets per sandbox, and each sandbox's
+	// last-accounted point) and the template of each exec.
+	`
+CREATE TABLE usage_buckets (
+	sandbox_id   TEXT NOT NULL,                -- no FK: usage outlives the sandbox row
+	hour         INTEGER NOT NULL,             -- start of the UTC hour (ns)
+	tenant       TEXT NOT NULL,
+	template     TEXT NOT NULL DEFAULT '',
+	running_s    REAL NOT NULL DEFAULT 0,
+	paused_s     REAL NOT NULL DEFAULT 0,
+	vcpu_alloc_s REAL NOT NULL DEFAULT 0,
+	vcpu_used_s  REAL NOT NULL DEFAULT 0,
+	mem_gib_s    REAL NOT NULL DEFAULT 0,
+	disk_gib_h   REAL NOT NULL DEFAULT 0,
+	egress_bytes REAL NOT NULL DEFAULT 0,
+	PRIMARY KEY (sandbox_id, hour)
+);
+CREATE INDEX usage_tenant_hour ON usage_buckets(tenant, hour);
+CREATE INDEX usage_hour ON usage_buckets(hour);
+CREATE TABLE usage_cursors (
+	sandbox_id  TEXT PRIMARY KEY,
+	accounted_at INTEGER NOT NULL,              -- usage up to here is in usage_buckets
+	cpu_seconds REAL NOT NULL DEFAULT 0,        -- the sandbox's cpu counter at accounted_at
+	tx_bytes    INTEGER NOT NULL DEFAULT 0      -- its network tx counter at accounted_at
+);
+ALTER TABLE execs ADD COLUMN template TEXT;
+`,
 }
 
 func migrate(ctx context.Context, db *sql.DB) error {
