@@ -397,6 +397,9 @@ func (b *Builder) layerStep(ctx context.Context, bs *buildState, p *plan, in Ins
 		if errors.As(err, &ue) {
 			return "", stepErr(ue.Err, "%s", ue.Msg)
 		}
+		// The cause can name host paths: it goes to the daemon's log, the
+		// build log gets the safe message.
+		b.log.Warn("build sandbox failed to start", "build_id", bs.id, "err", err)
 		return "", stepErr(err, "the build sandbox failed to start")
 	}
 	defer sb.destroy(ctx)
