@@ -22,7 +22,13 @@ type nsRunner struct {
 
 func openNS(path string) (*nsRunner, error) {
 	if path == "" {
-		return &nsRunner{}, nil
+		// The daemon's own namespace, pinned now by descriptor: later calls
+		// can come from threads that joined a sandbox's namespace (wireVeth
+		// runs on one), where "the calling thread's namespace" would be the
+		// sandbox's, not the host's.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		path = "/proc/thread-self/ns/net"
 	}
 	f, err := os.Open(path)
 	if err != nil {
