@@ -151,6 +151,31 @@ const (
 	ExecError   = "error"
 )
 
+// Exec error codes: why an exec did not exit on its own. Each outcome has
+// its own (status, code) pair so that clients never guess from messages.
+const (
+	// ExecCodeTimeout: status timeout, the exec outlived timeout_s.
+	ExecCodeTimeout = "exec_timeout"
+	// ExecCodeOOM: status oom, the kernel killed it for memory.
+	ExecCodeOOM = "out_of_memory"
+	// ExecCodeSignaled: status killed, a signal sent through the API.
+	ExecCodeSignaled = "killed_by_user"
+	// ExecCodeSandboxStopped: status killed, the sandbox was deleted,
+	// expired or stopped under it.
+	ExecCodeSandboxStopped = "sandbox_stopped"
+	// ExecCodeSandboxCrashed: status error, the sandbox itself died.
+	ExecCodeSandboxCrashed = "sandbox_crashed"
+	// ExecCodeAgentUnavailable: status error, the platform lost the
+	// sandbox's agent while the sandbox still ran.
+	ExecCodeAgentUnavailable = "agent_unavailable"
+)
+
+// Sandbox error codes (Sandbox.Error.Code in state error).
+const (
+	SandboxCodeCrashed          = "sandbox_crashed"
+	SandboxCodeAgentUnavailable = "agent_unavailable"
+)
+
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec. Exactly one of
 // Cmd and Shell is set.
 type ExecRequest struct {
@@ -185,6 +210,8 @@ type ExecResult struct {
 	StartedAt  time.Time  `json:"started_at"`
 	EndedAt    *time.Time `json:"ended_at,omitempty"`
 	Error      string     `json:"error,omitempty"`
+	// ErrorCode says why an exec did not exit on its own (ExecCode*).
+	ErrorCode string `json:"error_code,omitempty"`
 }
 
 // ExecStarted is the 202 body of an async exec and the SSE `start` event.

@@ -88,6 +88,7 @@ this executable, else airlock-agent on $PATH.`,
 			return Run(ctx, cfg, Options{
 				AdminKey: os.Getenv(auth.EnvAdminKeyName), Stderr: cmd.ErrOrStderr(),
 				DefaultNetworkMode: os.Getenv(EnvDefaultNetworkMode),
+				NoNetwork:          os.Getenv(EnvNoNetwork) == "1",
 			})
 		},
 	}
@@ -152,6 +153,10 @@ type Options struct {
 
 // EnvDefaultNetworkMode sets Options.DefaultNetworkMode for `airlock serve`.
 const EnvDefaultNetworkMode = "AIRLOCK_DEFAULT_NETWORK_MODE"
+
+// EnvNoNetwork set to 1 runs `airlock serve` with Options.NoNetwork: tests
+// that start the real binary must not touch the host's network.
+const EnvNoNetwork = "AIRLOCK_NO_NETWORK"
 
 // Run runs the daemon until ctx is done, then shuts down gracefully.
 func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {

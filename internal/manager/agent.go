@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/agentclient"
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
@@ -117,7 +118,7 @@ func (sb *sandbox) watch(c *agentclient.Client) {
 	if st := sb.state(); st == "running" {
 		ctx, cancel := context.WithTimeout(m.ctx, cleanupTimeout)
 		defer cancel()
-		m.crashed(ctx, sb, "sandbox agent is unreachable")
+		m.crashedCode(ctx, sb, api.SandboxCodeAgentUnavailable, "sandbox agent is unreachable")
 	}
 }
 

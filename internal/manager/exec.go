@@ -237,6 +237,7 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 		cancel()
 		end := m.now().UTC()
 		rec.Status, rec.EndedAt, rec.Error = api.ExecError, &end, "could not start: agent unreachable"
+		rec.ErrorCode = api.ExecCodeAgentUnavailable
 		if ferr := m.store.FinishExec(context.WithoutCancel(ctx), rec, nil); ferr != nil {
 			m.log.Warn("recording failed exec", "sandbox_id", sb.id, "exec_id", rec.ID, "err", ferr)
 		}
@@ -353,7 +354,7 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 				}
 				select {
 				case <-sb.gone:
-					t.finishLocal(api.ExecKilled, "sandbox stopped")
+					t.finishGone()
 					return
 				default:
 				}
@@ -374,11 +375,19 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 					}
 					select {
 					case <-sb.gone:
-						t.finishLocal(api.ExecKilled, "sandbox stopped")
+						t.finishGone()
+						return
 					default:
-						m.log.Warn("lost exec stream", "sandbox_id", sb.id, "exec_id", t.id, "err", err)
-						t.finishLocal(api.ExecError, "lost connection to the sandbox agent")
 					}
+					// The agent is unreachable: a dead sandbox (its init
+					// and the agent with it) is a crash, not a platform
+					// fault; ask the runtime before telling them apart.
+					if !m.checkAlive(sb) {
+						t.finishGone()
+						return
+					}
+					m.log.Warn("lost exec stream", "sandbox_id", sb.id, "exec_id", t.id, "err", err)
+					t.finishLocal(api.ExecError, api.ExecCodeAgentUnavailable, "lost connection to the sandbox agent")
 					return
 				}
 				read(st2)
@@ -393,7 +402,7 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 				if forced && res.Status != api.ExecOOM {
 					res.Status = api.ExecTimeout
 				}
-				t.finish(res)
+				t.finish(res, "")
 				return
 			}
 			t.mu.Lock()
@@ -439,11 +448,11 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 				continue
 			}
 			t.emit(red.flush())
-			t.finishLocal(api.ExecTimeout, "exec did not end after its timeout")
+			t.finishLocal(api.ExecTimeout, api.ExecCodeTimeout, "exec did not end after its timeout")
 			return
 		case <-sb.gone:
 			t.emit(red.flush())
-			t.finishLocal(api.ExecKilled, "sandbox stopped")
+			t.finishGone()
 			return
 		case <-m.shutdown:
 			return
@@ -451,8 +460,22 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 	}
 }
 
+// finishGone ends the exec of a sandbox that stopped being live: a crash
+// (status error, code sandbox_crashed, or agent_unavailable when the
+// platform lost the agent) is told apart from a stop asked for (killed).
+func (t *execTracker) finishGone() {
+	switch code := t.sb.goneCode(); code {
+	case api.SandboxCodeCrashed:
+		t.finishLocal(api.ExecError, api.ExecCodeSandboxCrashed, "the sandbox crashed")
+	case api.SandboxCodeAgentUnavailable:
+		t.finishLocal(api.ExecError, api.ExecCodeAgentUnavailable, "lost connection to the sandbox agent")
+	default:
+		t.finishLocal(api.ExecKilled, api.ExecCodeSandboxStopped, "sandbox stopped")
+	}
+}
+
 // finishLocal ends the exec without a result from the agent.
-func (t *execTracker) finishLocal(status, why string) {
+func (t *execTracker) finishLocal(status, code, why string) {
 	t.mu.Lock()
 	started := t.rec.StartedAt
 	t.mu.Unlock()
@@ -460,11 +483,28 @@ func (t *execTracker) finishLocal(status, why string) {
 	t.finish(agentproto.ExecResult{
 		ID: t.id, Status: status, ExitCode: -1, StartedAt: started, EndedAt: end,
 		DurationMS: end.Sub(started).Milliseconds(), Error: why,
-	})
+	}, code)
 }
 
-// finish records the outcome and wakes everyone waiting.
-func (t *execTracker) finish(res agentproto.ExecResult) {
+// execCode is the error code of an exec that ended with status and no
+// code given by whoever ended it.
+func execCode(status string) string {
+	switch status {
+	case api.ExecTimeout:
+		return api.ExecCodeTimeout
+	case api.ExecOOM:
+		return api.ExecCodeOOM
+	case api.ExecKilled:
+		return api.ExecCodeSignaled
+	case api.ExecError:
+		return api.ExecCodeAgentUnavailable
+	}
+	return ""
+}
+
+// finish records the outcome and wakes everyone waiting. code is the
+// error code ("" to derive it from the status).
+func (t *execTracker) finish(res agentproto.ExecResult, code string) {
 	m, sb := t.m, t.sb
 	status := res.Status
 	if status == api.ExecExited && res.Signal == "SIGKILL" && t.oomKnown {
@@ -500,6 +540,10 @@ func (t *execTracker) finish(res agentproto.ExecResult) {
 	end = end.UTC()
 	rec.EndedAt = &end
 	rec.Error = sb.red.redactString(res.Error)
+	if code == "" {
+		code = execCode(status)
+	}
+	rec.ErrorCode = code
 	events := encodeEvents(t.events)
 	// The result becomes visible at once with done, so that whoever sees
 	// the exec ended also finds it ended everywhere (stdin, signal).
@@ -581,6 +625,7 @@ func buildResult(rec store.Exec, events []chunk, withOutput bool) api.ExecResult
 		ID: rec.ID, SandboxID: rec.SandboxID, Cmd: rec.Argv, Shell: rec.Shell, User: rec.User, Cwd: rec.Cwd,
 		ExitCode: rec.ExitCode, Signal: rec.Signal, Status: rec.Status, Truncated: rec.Truncated,
 		DurationMS: rec.DurationMS, StartedAt: rec.StartedAt, EndedAt: rec.EndedAt, Error: rec.Error,
+		ErrorCode: rec.ErrorCode,
 	}
 	if !withOutput {
 		return r

@@ -260,8 +260,14 @@ func (m *Manager) forget(sb *sandbox) {
 }
 
 // crashed records that a live sandbox died on its own, cleans it up and
-// reports it (state error, code sandbox_crashed).
+// reports it (state error, code sandbox_crashed). crashedCode is crashed
+// with another code: agent_unavailable when the platform lost the agent of
+// a sandbox whose runtime still ran.
 func (m *Manager) crashed(ctx context.Context, sb *sandbox, why string) {
+	m.crashedCode(ctx, sb, api.SandboxCodeCrashed, why)
+}
+
+func (m *Manager) crashedCode(ctx context.Context, sb *sandbox, code, why string) {
 	sb.opMu.Lock()
 	defer sb.opMu.Unlock()
 	cctx, cancel := cleanupCtx(ctx)
@@ -270,9 +276,10 @@ func (m *Manager) crashed(ctx context.Context, sb *sandbox, why string) {
 	if !isLive(st) || st == api.StateStarting {
 		return
 	}
-	m.log.Warn("sandbox crashed", "sandbox_id", sb.id, "tenant", sb.tenant, "driver", sb.drv.Name(), "why", why)
+	m.log.Warn("sandbox crashed", "sandbox_id", sb.id, "tenant", sb.tenant, "driver", sb.drv.Name(), "code", code, "why", why)
 	// Bill up to the crash's discovery; counters keep their last sample.
 	m.sample(cctx, sb)
+	sb.crashCode.Store(&code)
 	sb.markGone()
 	sb.closeClient()
 	if err := sb.drv.Destroy(cctx, sb.id); err != nil {
@@ -283,13 +290,18 @@ func (m *Manager) crashed(ctx context.Context, sb *sandbox, why string) {
 	}
 	now := m.now().UTC()
 	if err := sb.setState(cctx, api.StateError, func(r *store.Sandbox) {
-		r.ErrorCode, r.ErrorMessage = "sandbox_crashed", why
+		r.ErrorCode, r.ErrorMessage = code, why
 		r.EndedAt, r.EndReason, r.Secrets, r.PausedAt = &now, "crashed", nil, nil
 		r.DesiredState = api.StateStopped
 	}); err != nil {
 		m.log.Error("recording crash", "sandbox_id", sb.id, "err", err)
 	}
-	m.recordEvent(ctx, sb, audit.TypeError, map[string]string{"code": "sandbox_crashed", "message": why})
+	m.recordEvent(ctx, sb, audit.TypeError, map[string]string{"code": code, "message": why})
+	if o := m.cfg.Observer; o != nil {
+		if eo, ok := o.(SandboxErrorObserver); ok {
+			eo.SandboxError(code)
+		}
+	}
 	m.forget(sb)
 }
 

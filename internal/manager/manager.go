@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
@@ -131,6 +132,12 @@ type Observer interface {
 	AgentCall(d time.Duration)
 }
 
+// SandboxErrorObserver is an optional part of an Observer: it is told the
+// code of every sandbox that ended in state error.
+type SandboxErrorObserver interface {
+	SandboxError(code string)
+}
+
 // Manager runs sandboxes. Create one with New, call Start, and Close it to
 // stop managing (sandboxes keep running for the next daemon to re-adopt).
 type Manager struct {
@@ -200,9 +207,13 @@ type sandbox struct {
 	// are re-attached once it is resumed.
 	execRecovery bool
 	// gone is closed when the sandbox stops being live (deleted, crashed,
-	// expired): trackers finish their execs as killed.
+	// expired): trackers finish their execs as killed, or as error when
+	// crashCode says it died on its own.
 	gone     chan struct{}
 	goneOnce sync.Once
+	// crashCode is set (before gone is closed) to the sandbox error code
+	// when the sandbox died rather than being stopped.
+	crashCode atomic.Pointer[string]
 
 	// meter is the sandbox's metrics series and usage cursor (sampler.go).
 	meter meter
@@ -475,6 +486,14 @@ func (m *Manager) StateCounts() map[string]int {
 // markGone closes the sandbox's gone channel once.
 func (sb *sandbox) markGone() {
 	sb.goneOnce.Do(func() { close(sb.gone) })
+}
+
+// goneCode is the sandbox error code it died with, "" if it was stopped.
+func (sb *sandbox) goneCode() string {
+	if c := sb.crashCode.Load(); c != nil {
+		return *c
+	}
+	return ""
 }
 
 // state returns the current observed state.

@@ -157,7 +157,7 @@ func (m *Manager) recoverOne(ctx context.Context, rec store.Sandbox) {
 		return
 	}
 	if err := m.reattach(ctx, sb, log); err != nil {
-		m.crashed(ctx, sb, "sandbox agent did not answer after the daemon restart")
+		m.crashedCode(ctx, sb, api.SandboxCodeAgentUnavailable, "sandbox agent did not answer after the daemon restart")
 		return
 	}
 	log.Info("sandbox recovered", "state", sb.state())
@@ -193,6 +193,7 @@ func (m *Manager) reattach(ctx context.Context, sb *sandbox, log *slog.Logger) e
 		if !known[rec.ID] {
 			end := m.now().UTC()
 			rec.Status, rec.EndedAt, rec.Error = api.ExecError, &end, "exec was lost while the daemon restarted"
+			rec.ErrorCode = api.ExecCodeAgentUnavailable
 			rec.DurationMS = end.Sub(rec.StartedAt).Milliseconds()
 			if err := m.store.FinishExec(ctx, rec, nil); err != nil {
 				log.Warn("recording lost exec", "exec_id", rec.ID, "err", err)

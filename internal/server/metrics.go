@@ -24,6 +24,7 @@ type Metrics struct {
 	creates  *prometheus.HistogramVec
 	agent    prometheus.Histogram
 	errors   *prometheus.CounterVec
+	sbErrors *prometheus.CounterVec
 
 	mu    sync.Mutex
 	m     *manager.Manager
@@ -62,13 +63,23 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Name: "airlock_api_errors_total",
 			Help: "API error responses by error code.",
 		}, []string{"code"}),
+		sbErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_sandbox_errors_total",
+			Help: "Sandboxes that ended in state error, by error code (sandbox_crashed, agent_unavailable).",
+		}, []string{"code"}),
 	}
-	reg.MustRegister(mt.requests, mt.execs, mt.creates, mt.agent, mt.errors, &stateCollector{mt: mt}, &auditCollector{mt: mt},
+	reg.MustRegister(mt.requests, mt.execs, mt.creates, mt.agent, mt.errors, mt.sbErrors, &stateCollector{mt: mt}, &auditCollector{mt: mt},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return mt
 }
 
-var _ manager.Observer = (*Metrics)(nil)
+var (
+	_ manager.Observer             = (*Metrics)(nil)
+	_ manager.SandboxErrorObserver = (*Metrics)(nil)
+)
+
+// SandboxError implements manager.SandboxErrorObserver.
+func (mt *Metrics) SandboxError(code string) { mt.sbErrors.WithLabelValues(code).Inc() }
 
 // ExecDone implements manager.Observer.
 func (mt *Metrics) ExecDone(runtime, status string, d time.Duration) {

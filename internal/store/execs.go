@@ -36,6 +36,9 @@ type Exec struct {
 	EndedAt     *time.Time
 	DurationMS  int64
 	Error       string
+	// ErrorCode tells apart why an exec did not exit on its own
+	// (api.ExecCode*); empty for a normal exit.
+	ErrorCode string
 	// RequestID is the API request that started the exec: CreateExec takes
 	// it from its context (audit.RequestID), FinishExec reads it back.
 	// Listings leave it empty.
@@ -46,19 +49,19 @@ type Exec struct {
 }
 
 const execCols = `id, sandbox_id, tenant, argv, shell, user, cwd, pty, status, exit_code, signal, truncated,
-	stdout_bytes, stderr_bytes, started_at, ended_at, duration_ms, error, template`
+	stdout_bytes, stderr_bytes, started_at, ended_at, duration_ms, error, template, error_code`
 
 func scanExec(row interface{ Scan(...any) error }) (Exec, error) {
 	var (
 		e                      Exec
 		argv, shell, sig, eerr sql.NullString
-		tmpl                   sql.NullString
+		tmpl, ecode            sql.NullString
 		code                   sql.NullInt64
 		started                int64
 		ended                  sql.NullInt64
 	)
 	err := row.Scan(&e.ID, &e.SandboxID, &e.Tenant, &argv, &shell, &e.User, &e.Cwd, &e.PTY, &e.Status, &code, &sig,
-		&e.Truncated, &e.StdoutBytes, &e.StderrBytes, &started, &ended, &e.DurationMS, &eerr, &tmpl)
+		&e.Truncated, &e.StdoutBytes, &e.StderrBytes, &started, &ended, &e.DurationMS, &eerr, &tmpl, &ecode)
 	if err != nil {
 		return Exec{}, err
 	}
@@ -75,7 +78,7 @@ func scanExec(row interface{ Scan(...any) error }) (Exec, error) {
 		c := int(code.Int64)
 		e.ExitCode = &c
 	}
-	e.Signal, e.Error, e.Template = sig.String, eerr.String, tmpl.String
+	e.Signal, e.Error, e.Template, e.ErrorCode = sig.String, eerr.String, tmpl.String, ecode.String
 	e.StartedAt, e.EndedAt = fromTS(started), fromTSP(ended)
 	return e, nil
 }
@@ -104,7 +107,7 @@ func (s *Store) CreateExec(ctx context.Context, e Exec) error {
 	_, err := s.createExec.ExecContext(ctx,
 		e.ID, e.SandboxID, e.Tenant, argv, shell, e.User, e.Cwd, e.PTY, e.Status, code, nullStr(e.Signal),
 		e.Truncated, e.StdoutBytes, e.StderrBytes, ts(e.StartedAt), tsp(e.EndedAt), e.DurationMS, nullStr(e.Error),
-		nullStr(e.Template), nullStr(rid))
+		nullStr(e.Template), nullStr(e.ErrorCode), nullStr(rid))
 	if err != nil {
 		if isUniqueViolation(err) {
 			return fmt.Errorf("%w: exec %q", errdefs.ErrAlreadyExists, e.ID)
@@ -125,7 +128,7 @@ func (s *Store) FinishExec(ctx context.Context, e Exec, events []byte) error {
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		err := tx.StmtContext(ctx, s.finishExec).QueryRowContext(ctx,
 			e.Status, code, nullStr(e.Signal), e.Truncated, e.StdoutBytes, e.StderrBytes, tsp(e.EndedAt),
-			e.DurationMS, nullStr(e.Error), e.ID).Scan(&rid)
+			e.DurationMS, nullStr(e.Error), nullStr(e.ErrorCode), e.Cwd, e.ID).Scan(&rid)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w: exec %q", errdefs.ErrNotFound, e.ID)
 		}

@@ -184,6 +184,11 @@ CREATE TABLE usage_cursors (
 );
 ALTER TABLE execs ADD COLUMN template TEXT;
 `,
+	// 5: the code that tells apart why an exec ended abnormally (timeout,
+	// oom, killed, sandbox_crashed, agent_unavailable).
+	`
+ALTER TABLE execs ADD COLUMN error_code TEXT;
+`,
 }
 
 func migrate(ctx context.Context, db *sql.DB) error {
