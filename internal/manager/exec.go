@@ -517,8 +517,18 @@ func (t *execTracker) finish(res agentproto.ExecResult, code string) {
 			cancel()
 		}
 	}
+	// The effective cwd: the request's, else the user's default when it is
+	// already known; an unknown default is resolved below, after the
+	// waiters have their answer.
+	home, homeKnown := "", false
+	if t.rec.Cwd == "" {
+		home, homeKnown = sb.cachedHome(t.rec.User)
+	}
 	t.mu.Lock()
 	rec := t.rec
+	if homeKnown {
+		rec.Cwd = home
+	}
 	rec.Status = status
 	if res.ExitCode >= 0 && status != api.ExecError {
 		c := res.ExitCode
@@ -561,6 +571,22 @@ func (t *execTracker) finish(res agentproto.ExecResult, code string) {
 	// tracker answers for the exec (findExec, ListExecs), and it is not
 	// evicted before. The manager's Close waits for it (goBackground).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), 30*time.Second)
+	if rec.Cwd == "" && status != api.ExecError && !sb.isGone() {
+		// First exec of this user without a cwd: ask the agent once (a
+		// sandbox that errored has no agent to ask).
+		if cwd := sb.defaultCwd(ctx, rec.User); cwd != "" {
+			rec.Cwd = cwd
+			t.mu.Lock()
+			t.rec.Cwd = cwd
+			if t.result != nil {
+				// A new copy: readers may hold the old one.
+				v := *t.result
+				v.Cwd = cwd
+				t.result = &v
+			}
+			t.mu.Unlock()
+		}
+	}
 	if err := m.store.FinishExec(ctx, rec, events); err != nil {
 		m.log.Error("recording exec result", "sandbox_id", sb.id, "exec_id", t.id, "err", err)
 	}

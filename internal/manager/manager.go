@@ -217,6 +217,10 @@ type sandbox struct {
 
 	// meter is the sandbox's metrics series and usage cursor (sampler.go).
 	meter meter
+
+	// homes caches each user's default exec directory (cwd.go).
+	homesMu sync.Mutex
+	homes   map[string]string
 }
 
 // New returns a Manager for cfg. Call Start before use.

@@ -89,7 +89,19 @@ type e2e struct {
 	// in the world's host namespace (nm, made by start).
 	world *world
 	nm    *network.Manager
+	// unmetered runs without the audit trail, the Prometheus observer
+	// and sampling (the overhead benchmark's baseline); sampleEvery
+	// overrides the sample interval.
+	unmetered   bool
+	sampleEvery time.Duration
+	metrics     *server.Metrics
 }
+
+// e2eUnmetered: see e2e.unmetered.
+func e2eUnmetered(e *e2e) { e.unmetered, e.sampleEvery = true, time.Hour }
+
+// e2eSampleEvery samples every sandbox each d.
+func e2eSampleEvery(d time.Duration) func(*e2e) { return func(e *e2e) { e.sampleEvery = d } }
 
 func newE2E(t testing.TB, opts ...func(*e2e)) *e2e {
 	t.Helper()
@@ -119,8 +131,11 @@ func newE2E(t testing.TB, opts ...func(*e2e)) *e2e {
 		t.Fatal(err)
 	}
 	e.st, e.auth = st, auth.New(st)
-	if e.rec, err = audit.New(audit.Config{Sink: st, Logger: testLog}); err != nil {
-		t.Fatal(err)
+	if !e.unmetered {
+		if e.rec, err = audit.New(audit.Config{Sink: st, Logger: testLog}); err != nil {
+			t.Fatal(err)
+		}
+		e.metrics = server.NewMetrics(nil)
 	}
 	e.start()
 	// After the driver and the network made their own directories: from
@@ -174,9 +189,14 @@ func (e *e2e) start() {
 		}
 		e.nm = nm
 	}
+	var obs manager.Observer
+	if e.metrics != nil {
+		obs = e.metrics
+	}
 	m, err := manager.New(manager.Config{Settings: s, Store: e.st, Drivers: []driver.Driver{drv}, Templates: e.tmpl,
 		Logger: testLog, TickInterval: 50 * time.Millisecond, SweepInterval: time.Second,
-		Audit: e.rec, Network: manager.NetworkOf(e.nm), Registries: regs})
+		Audit: e.rec, Network: manager.NetworkOf(e.nm), Registries: regs,
+		Observer: obs, SampleInterval: e.sampleEvery})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -185,7 +205,8 @@ func (e *e2e) start() {
 		e.t.Fatal(err)
 	}
 	e.drv, e.m = drv, m
-	e.srv = server.New(server.Config{Manager: m, Auth: e.auth, Logger: testLog, Version: "e2e", MaxUploadBytes: 64 << 20, Audit: e.rec})
+	e.srv = server.New(server.Config{Manager: m, Auth: e.auth, Logger: testLog, Version: "e2e", MaxUploadBytes: 64 << 20, Audit: e.rec,
+		Metrics: e.metrics})
 	e.ts = httptest.NewServer(e.srv.Handler())
 	if e.h == nil {
 		e.h = &harness{t: e.t, keys: map[string]string{}, auth: e.auth}

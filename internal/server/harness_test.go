@@ -79,12 +79,25 @@ type harness struct {
 	rec       *audit.Recorder
 	net       manager.Network
 	regs      map[string][]string
+	// metrics are the Prometheus metrics the manager observes into and
+	// the server exports; noObserver leaves the manager without them
+	// (the unmetered benchmark).
+	metrics    *server.Metrics
+	noObserver bool
+	// sampleEvery overrides the manager's sample interval when set.
+	sampleEvery time.Duration
 }
 
 type option func(*harness)
 
 func withSettings(f func(*config.Config)) option { return func(h *harness) { f(&h.settings) } }
 func withMaxUpload(n int64) option               { return func(h *harness) { h.maxUp = n } }
+
+// withoutObserver runs the manager without the Prometheus observer.
+func withoutObserver() option { return func(h *harness) { h.noObserver = true } }
+
+// withSampleInterval sets how often the manager samples every sandbox.
+func withSampleInterval(d time.Duration) option { return func(h *harness) { h.sampleEvery = d } }
 
 // withAudit records the audit trail in the harness's store.
 func withAudit() option { return func(h *harness) { h.wantAudit = true } }
@@ -122,6 +135,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 			t.Fatal(err)
 		}
 	}
+	h.metrics = server.NewMetrics(nil)
 	h.start()
 	t.Cleanup(func() {
 		h.stop()
@@ -145,7 +159,12 @@ func init() {
 // start runs a manager and server over the harness's store and driver.
 func (h *harness) start() {
 	h.t.Helper()
+	var obs manager.Observer
+	if !h.noObserver {
+		obs = h.metrics
+	}
 	m, err := manager.New(manager.Config{
+		Observer: obs, SampleInterval: h.sampleEvery,
 		Settings: h.settings, Store: h.st, Drivers: []driver.Driver{h.drv},
 		Templates: managertest.Templates{"base": {{Name: "base", Version: 1}, {Name: "base", Version: 2}}},
 		Logger:    testLog, Now: h.clock.Now,
@@ -161,7 +180,7 @@ func (h *harness) start() {
 	}
 	h.m = m
 	h.srv = server.New(server.Config{Manager: m, Auth: h.auth, Logger: testLog, Version: "test",
-		MaxUploadBytes: h.maxUp, Heartbeat: 200 * time.Millisecond, Audit: h.rec})
+		MaxUploadBytes: h.maxUp, Heartbeat: 200 * time.Millisecond, Audit: h.rec, Metrics: h.metrics})
 	h.ts = httptest.NewServer(h.srv.Handler())
 	h.url = h.ts.URL
 }
