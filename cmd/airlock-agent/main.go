@@ -35,8 +35,9 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("airlock-agent", flag.ContinueOnError)
 	listen := fs.String("listen", "", "listen on `unix:/path/agent.sock` and serve every connection")
 	stdio := fs.Bool("stdio", false, "serve one session on stdin/stdout")
-	fdNum := fs.Int("fd", -1, "serve one session on the inherited socket `fd`")
+	fdNum := fs.Int("fd", -1, "serve the inherited socket `fd`: every connection if it is a listening (or bound) socket, else one session")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	logMax := fs.Int64("log-max", defaultLogMax, "when stderr is a file, empty it once it would pass `bytes` (0: never)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -56,7 +57,42 @@ func run(args []string) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	// Logs go to stderr: stdout may be the protocol stream.
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	var logw io.Writer = os.Stderr
+	if w := capLog(os.Stderr, *logMax); w != nil {
+		logw = w
+	}
+	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: level}))
+
+	// The inherited socket is taken before anything else runs: it must be
+	// close-on-exec before the server can start a process.
+	var listeners []net.Listener
+	var conn net.Conn
+	if *fdNum >= 0 {
+		ln, err := fdListener(*fdNum)
+		if err != nil {
+			return err
+		}
+		if ln != nil {
+			listeners = append(listeners, ln)
+		}
+	}
+	if *stdio || (*fdNum >= 0 && len(listeners) == 0) {
+		c, err := sessionConn(*stdio, *fdNum)
+		if err != nil {
+			return err
+		}
+		conn = c
+	}
+	if *listen != "" {
+		ln, err := listenUnix(*listen)
+		if err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			return err
+		}
+		listeners = append(listeners, ln)
+	}
 
 	srv := agent.NewServer(agent.Config{Subreaper: true, Logger: log, Version: version})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -64,11 +100,7 @@ func run(args []string) error {
 
 	var wg sync.WaitGroup
 	sessionDone := make(chan struct{})
-	if *stdio || *fdNum >= 0 {
-		conn, err := sessionConn(*stdio, *fdNum)
-		if err != nil {
-			return err
-		}
+	if conn != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -78,12 +110,8 @@ func run(args []string) error {
 			}
 		}()
 	}
-	if *listen != "" {
-		ln, err := listenUnix(*listen)
-		if err != nil {
-			return err
-		}
-		log.Info("agent listening", "addr", *listen, "pid", os.Getpid(), "version", version)
+	for _, ln := range listeners {
+		log.Info("agent listening", "addr", ln.Addr().String(), "pid", os.Getpid(), "version", version)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -98,7 +126,7 @@ func run(args []string) error {
 	}
 	// With only a single session, its end is the agent's end: nobody can
 	// reconnect to a socketpair or stdio.
-	if *listen == "" {
+	if len(listeners) == 0 {
 		select {
 		case <-ctx.Done():
 		case <-sessionDone:
@@ -174,6 +202,101 @@ func listenUnix(addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("listening: %w", err)
 	}
 	return ln, nil
+}
+
+// listenBacklog is the queue of connections not yet accepted: the daemon
+// holds one connection per sandbox and reconnects rarely.
+const listenBacklog = 64
+
+// fdListener returns a listener on the inherited socket fd if it is a
+// stream socket that listens, or one that is bound but neither listening nor
+// connected (the daemon may leave listen to the agent); nil for anything
+// else (a connected socket, a pipe), which is one session.
+//
+// The agent calls listen itself in both cases: the kernel takes the peer
+// credentials a client reads with SO_PEERCRED from whoever last called
+// listen, so the daemon, which made the socket, then sees this agent (its
+// pid and its user namespace's root) and can check that it is talking to
+// the sandbox's init, not to itself. The inherited descriptor is replaced
+// by a close-on-exec duplicate: an exec that inherited it could accept the
+// daemon's connections in the agent's place.
+func fdListener(fd int) (net.Listener, error) {
+	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	if errors.Is(err, unix.ENOTSOCK) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--fd %d: %w", fd, err)
+	}
+	if typ != unix.SOCK_STREAM && typ != unix.SOCK_SEQPACKET {
+		return nil, nil
+	}
+	accepting, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
+	if err != nil {
+		return nil, fmt.Errorf("--fd %d: %w", fd, err)
+	}
+	if accepting == 0 {
+		if _, err := unix.Getpeername(fd); err == nil {
+			return nil, nil // connected: one session
+		}
+		sa, err := unix.Getsockname(fd)
+		if err != nil {
+			return nil, fmt.Errorf("--fd %d: %w", fd, err)
+		}
+		if ua, ok := sa.(*unix.SockaddrUnix); !ok || ua.Name == "" {
+			return nil, nil // unbound: nothing could ever connect to it
+		}
+	}
+	if err := unix.Listen(fd, listenBacklog); err != nil {
+		return nil, fmt.Errorf("--fd %d: listening: %w", fd, err)
+	}
+	f := os.NewFile(uintptr(fd), "agent-listener")
+	ln, err := net.FileListener(f) // a close-on-exec duplicate
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("--fd %d: %w", fd, err)
+	}
+	return ln, nil
+}
+
+// defaultLogMax bounds the agent's log file: the agent logs its own
+// troubles, never sandbox output, and the file (the sandbox's stderr, opened
+// by the daemon) lives on the host outside the sandbox's disk quota.
+const defaultLogMax = 1 << 20
+
+// capLog returns a writer to f that empties f before a write would take it
+// past max bytes, or nil if f is not a regular file or max is 0. The daemon
+// trims the file too, but only every so often: the cap here holds between
+// its passes, whatever makes the agent log.
+func capLog(f *os.File, max int64) io.Writer {
+	if max <= 0 {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	return &cappedFile{f: f, max: max}
+}
+
+// cappedFile is a log file kept under max bytes.
+type cappedFile struct {
+	mu  sync.Mutex
+	f   *os.File
+	max int64
+}
+
+func (w *cappedFile) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if fi, err := w.f.Stat(); err == nil && fi.Size()+int64(len(p)) > w.max {
+		// The daemon opens the log O_APPEND; the seek covers a file that
+		// is not, so the next line does not land past a hole.
+		if err := w.f.Truncate(0); err == nil {
+			_, _ = w.f.Seek(0, io.SeekStart)
+		}
+	}
+	return w.f.Write(p)
 }
 
 // sessionConn returns the connection of --stdio or --fd. A socket becomes a

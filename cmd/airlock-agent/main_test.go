@@ -341,3 +341,127 @@ func TestBadFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestFdListener: a socket the daemon made and handed over as --fd, bound or
+// already listening, is served connection after connection; whoever
+// connects sees the agent as the peer (it listens itself), and no exec
+// inherits the socket.
+func TestFdListener(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		listening bool // the daemon called listen before handing it over
+	}{
+		{"bound", false},
+		{"listening", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sock := filepath.Join(t.TempDir(), "agent.sock")
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := os.NewFile(uintptr(fd), "listener")
+			defer f.Close()
+			if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.listening {
+				if err := unix.Listen(fd, 8); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd := startAgent(t, []string{"--fd", "3"}, func(c *exec.Cmd) { c.ExtraFiles = []*os.File{f} })
+			f.Close() // the agent's copy is the only one now
+
+			for i := range 2 { // the daemon restarts between sessions
+				c := dialAgent(t, sock)
+				if h := c.Agent(); h.Pid != cmd.Process.Pid {
+					t.Fatalf("session %d: hello %+v", i, h)
+				}
+				conn, err := net.Dial("unix", sock)
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw, _ := conn.(*net.UnixConn).SyscallConn()
+				var cred *unix.Ucred
+				raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+				conn.Close()
+				if err != nil || int(cred.Pid) != cmd.Process.Pid {
+					t.Fatalf("session %d: peer credentials %+v (%v), want the agent's pid %d", i, cred, err, cmd.Process.Pid)
+				}
+				// The exec's own descriptors: its stdio and the one ls
+				// opens to list them, never the agent's listening socket.
+				r, err := c.Wait(ctxT(t), mustExec(t, c, agentproto.ExecRequest{ID: "ex_fds" + strconv.Itoa(i), User: me(t),
+					Shell: "for f in /proc/self/fd/*; do readlink $f; done | grep -c socket: >&2; exit 0"}))
+				if err != nil || r.Status != agentproto.StatusExited {
+					t.Fatalf("exec %+v %v", r, err)
+				}
+				a, err := c.Attach(ctxT(t), "ex_fds"+strconv.Itoa(i), 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out bytes.Buffer
+				for {
+					ev, err := a.Next()
+					if err != nil {
+						break
+					}
+					out.Write(ev.Data)
+				}
+				if strings.TrimSpace(out.String()) != "0" {
+					t.Fatalf("an exec holds %q sockets, want none", out.String())
+				}
+				c.Close()
+			}
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			waitExit(t, cmd)
+		})
+	}
+}
+
+// TestLogCap: with stderr on a file, the agent's log never grows past
+// --log-max, whatever makes it log.
+func TestLogCap(t *testing.T) {
+	const logMax = 4096
+	logPath := filepath.Join(t.TempDir(), "agent.log")
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	ours, theirs := socketFiles(t)
+	startAgent(t, []string{"--fd", "3", "--log-level", "debug", "--log-max", strconv.Itoa(logMax)}, func(c *exec.Cmd) {
+		c.ExtraFiles = []*os.File{theirs}
+		c.Stderr = logf
+	})
+	theirs.Close()
+	conn, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := agentclient.New(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Every exec logs a line at debug level: far more than logMax in all.
+	var peak int64
+	for i := range 200 {
+		id := "ex_" + strconv.Itoa(i) + "_" + strings.Repeat("x", 64)
+		if _, err := c.Wait(ctxT(t), mustExec(t, c, agentproto.ExecRequest{ID: id, User: me(t), Argv: []string{"true"}})); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(logPath); err == nil {
+			peak = max(peak, fi.Size())
+		}
+	}
+	if peak == 0 {
+		t.Fatal("the agent logged nothing: the test proves nothing")
+	}
+	if peak > logMax {
+		t.Errorf("agent.log reached %d bytes, cap %d", peak, logMax)
+	}
+}

@@ -1,8 +1,9 @@
 // Package cgroups reads the resource use of a sandbox's cgroup and removes its directories, on cgroup v1, hybrid and v2 hosts.
 //
-// runc creates and limits the cgroups (its cgroupfs driver); this package only
-// finds where they live, reads counters the driver reports (memory, OOM kills,
-// CPU time, tasks) and removes the empty directories runc leaves behind.
+// runc creates and limits each sandbox's cgroup (its cgroupfs driver); this
+// package finds where they live, reads counters the driver reports (memory,
+// OOM kills, CPU time, tasks), sets the task limit of the sandboxes' common
+// parent and removes the empty directories runc leaves behind.
 package cgroups
 
 import (
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -315,6 +317,77 @@ func (g *Group) PIDs() (uint64, error) {
 		return 0, errdefs.Wrap(errdefs.ErrNotImplemented, "no pids cgroup")
 	}
 	return readUint(filepath.Join(dir, "pids.current"))
+}
+
+// PIDsMax is the group's task limit (pids.max), -1 for none ("max").
+func (g *Group) PIDsMax() (int64, error) {
+	dir, _ := g.dir("pids")
+	if dir == "" {
+		return 0, errdefs.Wrap(errdefs.ErrNotImplemented, "no pids cgroup")
+	}
+	n, err := readUint(filepath.Join(dir, "pids.max"))
+	if err != nil {
+		return 0, err
+	}
+	if n > math.MaxInt64 {
+		return -1, nil
+	}
+	return int64(n), nil
+}
+
+// SetPIDsMax sets the group's task limit (pids.max); max < 0 removes it.
+// The group's directory must exist. The limit is hierarchical: tasks of
+// every group below count against it, so a parent's limit bounds all its
+// children together. On the cgroup2 tree the pids controller is first
+// enabled in every ancestor's cgroup.subtree_control, without which the
+// group has no pids.max.
+func (g *Group) SetPIDsMax(max int64) error {
+	dir, v1 := g.dir("pids")
+	if dir == "" {
+		return errdefs.Wrap(errdefs.ErrNotImplemented, "no pids cgroup")
+	}
+	if g.path == "/" {
+		return errdefs.Wrap(errdefs.ErrInvalidArgument, "the root cgroup has no pids.max")
+	}
+	if !v1 {
+		if err := g.enableUnified("pids"); err != nil {
+			return err
+		}
+	}
+	v := "max"
+	if max >= 0 {
+		v = strconv.FormatInt(max, 10)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(v), 0); err != nil {
+		return fmt.Errorf("setting pids.max of %s: %w", g.path, classify(err))
+	}
+	return nil
+}
+
+// enableUnified enables controller for g in every ancestor's
+// cgroup.subtree_control on the cgroup2 tree, root first.
+func (g *Group) enableUnified(controller string) error {
+	var ancestors []string
+	for p := filepath.Dir(g.path); ; p = filepath.Dir(p) {
+		ancestors = append(ancestors, p)
+		if p == "/" {
+			break
+		}
+	}
+	for i := len(ancestors) - 1; i >= 0; i-- {
+		f := filepath.Join(g.h.Unified, ancestors[i], "cgroup.subtree_control")
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("enabling %s controller: %w", controller, classify(err))
+		}
+		if slices.Contains(strings.Fields(string(b)), controller) {
+			continue
+		}
+		if err := os.WriteFile(f, []byte("+"+controller), 0); err != nil {
+			return fmt.Errorf("enabling %s controller in %s: %w", controller, ancestors[i], err)
+		}
+	}
+	return nil
 }
 
 // Frozen reports whether the group is frozen or freezing (v1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -289,5 +290,110 @@ func TestLoadHost(t *testing.T) {
 		if _, _, err := h.Group("/").Memory(); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("root Memory: %v", err)
 		}
+	}
+}
+
+func TestSetPIDsMaxFake(t *testing.T) {
+	tests := []struct {
+		name    string
+		unified bool
+		max     int64
+		want    string
+	}{
+		{"v1", false, 300, "300"},
+		{"v1_unlimited", false, -1, "max"},
+		{"v2", true, 42, "42"},
+		{"v2_unlimited", true, -1, "max"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := fakeTree(t, tc.unified)
+			parent := filepath.Join(h.Unified, "cgroup.subtree_control")
+			if tc.unified {
+				if err := os.WriteFile(parent, []byte("cpu memory\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			g := h.Group("/g")
+			if err := g.SetPIDsMax(tc.max); err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(h.V1["pids"], "g")
+			if tc.unified {
+				dir = filepath.Join(h.Unified, "g")
+				// The controller must be enabled in the parent, or the
+				// kernel has no pids.max for the group.
+				if b, _ := os.ReadFile(parent); string(b) != "+pids" {
+					t.Errorf("root subtree_control got %q, want +pids", b)
+				}
+			}
+			b, err := os.ReadFile(filepath.Join(dir, "pids.max"))
+			if err != nil || string(b) != tc.want {
+				t.Fatalf("pids.max = %q, %v; want %q", b, err, tc.want)
+			}
+			if n, err := g.PIDsMax(); err != nil || n != tc.max {
+				t.Errorf("PIDsMax = %d, %v; want %d", n, err, tc.max)
+			}
+		})
+	}
+	if err := fakeTree(t, false).Group("/").SetPIDsMax(1); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("SetPIDsMax of the root: %v", err)
+	}
+}
+
+// TestSetPIDsMaxReal: a parent's pids.max bounds the tasks of the groups
+// below it together (the driver limits all sandboxes through their parent).
+func TestSetPIDsMaxReal(t *testing.T) {
+	testutil.RequiresRoot(t)
+	testutil.RequiresBinary(t, "sh")
+	h, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Has("pids") {
+		t.Skip("no pids controller")
+	}
+	g := h.Group("airlock-cgroups-pids-" + strconv.Itoa(os.Getpid()))
+	t.Cleanup(func() { g.Remove(context.Background()) })
+	for _, d := range g.Dirs() {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.SetPIDsMax(3); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := g.dir("pids")
+	child := filepath.Join(dir, "child")
+	if err := os.Mkdir(child, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The shell moves itself into the child group, which has no limit of
+	// its own, and forks six sleeps: the parent's limit of three must stop
+	// it at two.
+	script := `echo $$ > ` + filepath.Join(child, "cgroup.procs") + `; for i in 1 2 3 4 5 6; do sleep 1 & done; wait`
+	out, _ := exec.Command("sh", "-c", script).CombinedOutput()
+	// v1 counts a refused fork in the forking group, v2 in the group whose
+	// limit refused it.
+	var refused uint64
+	for _, d := range []string{dir, child} {
+		b, err := os.ReadFile(filepath.Join(d, "pids.events"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := ParseKeyed(b, "max")
+		refused += n
+	}
+	if refused == 0 {
+		t.Errorf("no fork refused under a parent limit of 3 (shell said %q)", out)
+	}
+	if n, err := g.PIDsMax(); err != nil || n != 3 {
+		t.Errorf("PIDsMax = %d, %v", n, err)
+	}
+	if err := g.SetPIDsMax(-1); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := g.PIDsMax(); err != nil || n != -1 {
+		t.Errorf("PIDsMax after removing the limit = %d, %v", n, err)
 	}
 }

@@ -59,3 +59,54 @@ func statBlocks(t *testing.T, p string) int64 {
 	}
 	return fi.Sys().(*syscall.Stat_t).Blocks
 }
+
+func TestUnallocated(t *testing.T) {
+	const size = 64 << 20
+	tests := []struct {
+		name    string
+		image   bool  // a disk.img exists
+		written int64 // bytes written at its start
+	}{
+		{"tmpfs_or_none", false, 0},
+		{"empty", true, 0},
+		{"partly_written", true, 8 << 20},
+		{"full", true, size},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.image {
+				if err := os.Mkdir(filepath.Join(dir, storageName), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				f, err := os.Create(filepath.Join(dir, storageName, imageName))
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = f.Truncate(size)
+				if err == nil && tc.written > 0 {
+					_, err = f.WriteAt(bytes.Repeat([]byte{1}, int(tc.written)), 0)
+				}
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := Unallocated(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := int64(0)
+			if tc.image {
+				want = size - tc.written
+			}
+			// The host file system may allocate a few blocks more (extent
+			// tree) or fewer (compression): allow 1 MiB of slack.
+			if d := got - want; d < -(1<<20) || d > 1<<20 {
+				t.Errorf("Unallocated = %d, want about %d", got, want)
+			}
+		})
+	}
+}

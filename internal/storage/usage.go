@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,4 +59,22 @@ func ext4Written(dev uint64) (uint64, error) {
 		return 0, fmt.Errorf("parsing ext4 write counter: %w", err)
 	}
 	return kb << 10, nil
+}
+
+// Unallocated reports how much of the disk quota of the writable layer in dir
+// the host has not yet backed with blocks: the image is sparse, so its size
+// is a promise and only what the sandbox wrote takes host disk space. The
+// rest may still be claimed at any time, which is what an admission check
+// must set aside. It is 0 for a tmpfs layer (memory, not disk) or none.
+func Unallocated(dir string) (int64, error) {
+	var st unix.Stat_t
+	err := unix.Stat(filepath.Join(dir, storageName, imageName), &st)
+	if errors.Is(err, unix.ENOENT) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("stat disk image: %w", err)
+	}
+	// st_blocks counts 512-byte units whatever the block size.
+	return max(st.Size-st.Blocks*512, 0), nil
 }

@@ -45,6 +45,9 @@ func TestEscape(t *testing.T) {
 				{"OutputFlood", s.outputFlood},
 				{"OpenFiles", s.openFiles},
 				{"CPUHog", s.cpuHog},
+				// Takes half the host's disk promise for a while: no
+				// other create may run meanwhile.
+				{"HostDiskSpace", s.hostDiskSpace},
 			} {
 				s.attack(t, a.name, false, a.f)
 			}
@@ -89,7 +92,6 @@ func TestEscape(t *testing.T) {
 				{"TarSlip", s.tarSlip},
 				{"HostFileTable", s.hostFileTable},
 				{"HostPIDSpace", s.hostPIDSpace},
-				{"HostDiskSpace", s.hostDiskSpace},
 			} {
 				s.attack(t, a.name, true, a.f)
 			}
@@ -892,24 +894,81 @@ func (s *suite) diskFill(t *testing.T) {
 	}
 }
 
-// diskFillRunDir: root inside writes into /.airlock/run, the agent's socket
-// directory. It is a bind mount of a host directory, so what is written
-// there must still be bounded by the sandbox's disk quota.
+// diskFillRunDir: root inside writes where the agent's socket dir was once
+// bind-mounted from the host (/.airlock/run) and into the agent's stdout
+// and stderr (agent.log, a host file), and lists its writable mounts:
+// nothing it writes may reach the host's disk outside its quota.
 func (s *suite) diskFillRunDir(t *testing.T) {
 	const quotaMB, writeMB = 32, 128
 	b := s.sandbox(t, api.CreateSandboxRequest{Resources: &api.Resources{DiskMB: quotaMB}})
-	r := b.sh(t, "root", fmt.Sprintf("dd if=/dev/zero of=/.airlock/run/fill bs=1M count=%d 2>&1; ls -l /.airlock/run/fill", writeMB))
-	hostFile := filepath.Join(s.e.cfg.DataDir, "sandboxes", b.id, "run", "fill")
-	var size int64
-	if fi, err := os.Stat(hostFile); err == nil {
-		size = fi.Size()
+	sbxDir := filepath.Join(s.e.cfg.DataDir, "sandboxes", b.id)
+	before := hostFilesSize(t, sbxDir)
+	mounts := b.py(t, "root", progWritableMounts)
+	for mnt, fstype := range mounts {
+		t.Errorf("finding: sandbox %s has a writable %s mount at %s: what root inside writes there is not bounded by its disk quota", b.id, fstype, mnt)
 	}
-	if size > quotaMB<<20 || strings.Contains(r.stdout, fmt.Sprintf("%d bytes", writeMB<<20)) {
-		t.Errorf("finding: root in a sandbox with a %d MiB disk quota wrote %d MiB to the host's disk "+
-			"through /.airlock/run (host file %s): the agent's run dir is an unbounded bind mount of the data dir; "+
-			"a sandbox can fill the host's disk. Output: %v", quotaMB, size>>20, hostFile, r)
+	r := b.sh(t, "root", fmt.Sprintf("mkdir -p /.airlock/run; dd if=/dev/zero of=/.airlock/run/fill bs=1M count=%d 2>&1; "+
+		"for f in 1 2; do head -c 4194304 /dev/zero >> /proc/1/fd/$f && echo wrote-agent-fd-$f; done 2>&1; true", writeMB))
+	after := hostFilesSize(t, sbxDir)
+	if strings.Contains(r.stdout, fmt.Sprintf("%d bytes", writeMB<<20)) || after-before > quotaMB<<20 {
+		t.Errorf("finding: root in a sandbox with a %d MiB disk quota wrote %d MiB to the host's disk outside its layer "+
+			"(sandbox dir %s without its storage): %v", quotaMB, (after-before)>>20, sbxDir, r)
+	}
+	if strings.Contains(r.stdout, "wrote-agent-fd") {
+		t.Errorf("finding: root in sandbox %s writes to the agent's log on the host through /proc/1/fd: %v", b.id, r)
 	}
 	b.sh(t, "root", "rm -f /.airlock/run/fill")
+}
+
+// progWritableMounts lists the mounts the sandbox can write to whose data
+// would not be the quota'd root overlay or memory charged to the sandbox
+// (tmpfs, devpts, mqueue): a writable bind of a host directory shows up.
+//
+// runc binds the host's device nodes (null, zero, tty…) into a sandbox
+// with a user namespace, and masks /proc files with /dev/null: those are
+// character devices, not storage, and are skipped.
+const progWritableMounts = `
+import stat
+memory = ("tmpfs", "devpts", "mqueue", "proc")
+for line in open("/proc/self/mountinfo"):
+    pre, post = line.split(" - ", 1)
+    f, g = pre.split(), post.split()
+    mnt, opts, fstype = f[4], f[5].split(","), g[0]
+    if "rw" not in opts or fstype in memory:
+        continue
+    if mnt == "/" and fstype == "overlay":
+        continue
+    try:
+        if stat.S_ISCHR(os.stat(mnt).st_mode):
+            continue
+    except OSError:
+        pass
+    R[mnt] = fstype
+done()
+`
+
+// hostFilesSize is the disk use of the files in a sandbox dir on the host,
+// without its storage (the quota'd image and its mounts) and rootfs.
+func hostFilesSize(t testing.TB, dir string) int64 {
+	t.Helper()
+	var total int64
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil // a file that went meanwhile
+		}
+		if d.IsDir() && p != dir && (filepath.Dir(p) == dir && (d.Name() == "storage" || d.Name() == "rootfs" || d.Name() == "sys")) {
+			return filepath.SkipDir
+		}
+		var st syscall.Stat_t
+		if syscall.Lstat(p, &st) == nil {
+			total += st.Blocks * 512
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return total
 }
 
 // outputFlood: output past the cap is dropped and marked truncated, in the
@@ -1038,9 +1097,11 @@ func readFileNr(t testing.TB) (max, allocated int64) {
 // which is shared by every process without CAP_SYS_ADMIN on the host, so by
 // every other sandbox. Open files are bounded by pids × RLIMIT_NOFILE and by
 // the memory cgroup, which charges each open file's kernel memory; the cost
-// per file is measured here, not assumed. Filling the table for real would
-// break every other sandbox and test on this shared host, so the bound is
-// computed from measured values instead.
+// per file is measured here, not assumed (after raising the soft limit to
+// the hard one, as a server would). The runc driver raises fs.file-max at
+// start so that the memory bound comes first. Filling the table for real
+// would break every other sandbox and test on this shared host, so the
+// bound is computed from measured values instead.
 func (s *suite) hostFileTable(t *testing.T) {
 	b := s.sandbox(t, api.CreateSandboxRequest{})
 	got := b.py(t, "root", `
@@ -1051,6 +1112,7 @@ if not os.path.exists(cg):
 def usage():
     return int(open(cg).read())
 hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 n = min(10000, hard - 64)
 a = usage()
 fds = [os.open("/dev/null", os.O_RDONLY) for i in range(n)]
@@ -1116,33 +1178,62 @@ func (s *suite) hostPIDSpace(t *testing.T) {
 	}
 }
 
-// hostDiskSpace: the disk one tenant may claim (its sandbox quota × the
-// maximum disk_mb) must fit the host's free space, or the quotas are
-// promises the host cannot keep: each writable layer is a sparse image that
-// takes host blocks only as the sandbox writes, so sandboxes that each stay
-// within their quota fill the host's disk together, and then the
-// neighbours' writes, the store and the host fail. DiskFill above shows a
-// sandbox fills its quota; filling the host's disk for real would break
-// this shared machine, so the bound is computed.
+// hostDiskSpace: disk quotas are sparse images that take host blocks only
+// as the sandbox writes, so quotas that each fit the host's free space can
+// together fill it, and then the neighbours' writes, the store and the host
+// fail. The driver therefore admits a sandbox only if the data dir's free
+// space, less what every live sandbox may still write into its quota and a
+// reserve, holds the new quota; otherwise the create is 503
+// capacity_exhausted. The suite's daemon allows disk_mb far beyond the
+// host's disk, so the driver is what answers. Three asks: more than the
+// host has; half of it, which fits; and the other half plus 1 GiB while the
+// first half lives — refused although the host's free space barely moved
+// (a check of free space alone would admit it), and granted once the first
+// is gone. It runs alone: it holds half the host's disk promise.
 func (s *suite) hostDiskSpace(t *testing.T) {
-	info := s.e.info(t)
-	perTenant, maxDisk := int64(info.Limits.MaxSandboxesPerTenant), info.Limits.MaxResources.DiskMB<<20
-	free := hostFree(t, s.e.cfg.DataDir)
 	img := filepath.Join(s.e.cfg.DataDir, "sandboxes", s.probe.id, "storage", "disk.img")
 	var st syscall.Stat_t
 	if err := syscall.Stat(img, &st); err != nil {
 		t.Skipf("no disk image to inspect (%v): the runtime keeps its disk elsewhere", err)
 	}
-	sparse := st.Blocks*512 < st.Size
-	tenant := perTenant * maxDisk
-	t.Logf("one tenant may claim %d GiB of disk (%d sandboxes × %d MiB); the host has %d GiB free; images are sparse: %v (%d MiB of %d MiB allocated)",
-		tenant>>30, perTenant, maxDisk>>20, free>>30, sparse, st.Blocks*512>>20, st.Size>>20)
-	if sparse && tenant >= free {
-		t.Errorf("finding: one tenant may claim %d GiB of disk (%d sandboxes × max disk_mb %d) on a host with %d GiB free, and the "+
-			"quota is a sparse image that reserves nothing: %d sandboxes filling their quota fill the host's disk (the data dir's "+
-			"filesystem), after which every other sandbox's writes and the daemon's store fail",
-			tenant>>30, perTenant, maxDisk>>20, free>>30, free/maxDisk+1)
+	if sparse := st.Blocks*512 < st.Size; !sparse {
+		t.Logf("the probe's disk image is not sparse (%d of %d MiB allocated)", st.Blocks*512>>20, st.Size>>20)
 	}
+	ask := func(diskMB int64) (*api.Sandbox, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		return s.e.client(s.e.key(t, attackerTenant)).CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: s.runtime, Resources: &api.Resources{DiskMB: diskMB}})
+	}
+	refused := func(what string, diskMB int64) {
+		t.Helper()
+		sb, err := ask(diskMB)
+		if err == nil {
+			b := &sbx{e: s.e, key: s.e.key(t, attackerTenant), id: sb.ID}
+			b.delete(t)
+			t.Errorf("finding: %s: a sandbox with a %d MiB disk quota was created on a host with %d MiB free: its sparse image "+
+				"promises blocks the host does not have (internal/driver/runc admitDisk)", what, diskMB, hostFree(t, s.e.cfg.DataDir)>>20)
+			return
+		}
+		if !errors.Is(err, client.ErrCapacityExhausted) {
+			t.Errorf("%s: create with disk_mb %d = %v, want 503 capacity_exhausted", what, diskMB, err)
+		}
+	}
+	freeMB := hostFree(t, s.e.cfg.DataDir) >> 20
+	if freeMB+1024 > maxDiskMB {
+		t.Skipf("the host has %d MiB free, more than the largest quota", freeMB)
+	}
+	t.Logf("the data dir's file system has %d MiB free", freeMB)
+	refused("more than the host has", freeMB+1024)
+
+	half := freeMB / 2
+	a := s.sandbox(t, api.CreateSandboxRequest{Resources: &api.Resources{DiskMB: half}})
+	a.alive(t)
+	t.Logf("a sandbox with %d MiB of disk: the host still has %d MiB free", half, hostFree(t, s.e.cfg.DataDir)>>20)
+	refused("over-commit of the unwritten quota of a live sandbox", freeMB-half+1024)
+	a.delete(t)
+	b := s.sandbox(t, api.CreateSandboxRequest{Resources: &api.Resources{DiskMB: freeMB - half}})
+	b.alive(t)
+	b.delete(t)
 }
 
 func fmtMax(v int64) string {

@@ -47,6 +47,10 @@ const (
 	cleanupTimeout = time.Minute
 )
 
+// maxDiskMB is the suite daemon's max_resources.disk_mb: the largest
+// writable layer storage accepts (16 TiB), far beyond any host's disk.
+const maxDiskMB = 1 << 24
+
 // testDataDir is the per-machine cache of the base template, shared with the
 // other root tests (internal/server, internal/daemon).
 func testDataDir() string {
@@ -147,6 +151,9 @@ func startEnv(t *testing.T) *env {
 	cfg := config.Default()
 	cfg.DataDir, cfg.Listen, cfg.AgentPath, cfg.NoPrepare = dataDir, "127.0.0.1:0", buildAgent(t), true
 	cfg.LogLevel, cfg.ShutdownTimeoutS = "info", 5
+	// HostDiskSpace asks for more disk than the host has: the server's
+	// maximum must let the request through to the driver's admission.
+	cfg.MaxResources.DiskMB = maxDiskMB
 	e := &env{
 		t: t, cfg: cfg, adminKey: "ak_escape_" + token(), logs: &tailBuffer{max: 256 << 10},
 		tr:   http.DefaultTransport.(*http.Transport).Clone(),

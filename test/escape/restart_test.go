@@ -6,37 +6,71 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
 )
 
-// progAgentSocket replaces the agent's socket in /.airlock/run with a
-// symlink to argv[1], or, without it, to the neighbour's agent socket: the
-// host path of the run dir is in /proc/self/mountinfo, and the neighbour's
-// id (argv[3]) replaces the sandbox's own (argv[2]) in it. The program
-// assumes the neighbour's id leaked; everything else it finds itself.
+// progAgentSocket tries to swap the agent's socket for a symlink to
+// argv[1], or, without it, to the neighbour's agent socket. It finds the
+// host paths itself: a mount of the agent's socket dir at /.airlock/run
+// (the layout before the fix), else the sandbox's host dir, which the
+// overlay's upperdir in /proc/self/mountinfo gives away; the neighbour's id
+// (argv[3]) replaces its own (argv[2]) in them (the id is assumed leaked).
+// It plants the symlink wherever such a path can be written from inside,
+// and tries the agent's own listening socket through /proc/1/fd.
 const progAgentSocket = `
 target, own, victim = sys.argv[1], sys.argv[2], sys.argv[3]
+run_mount, sbx_dir = "", ""
+for line in open("/proc/self/mountinfo"):
+    f = line.split()
+    if len(f) > 4 and f[4] == "/.airlock/run":
+        run_mount = f[3]
+    tail = line.split(" - ", 1)[-1].split()
+    if len(tail) > 2:
+        for opt in tail[2].split(","):
+            if opt.startswith("upperdir=") and "/storage/" in opt:
+                sbx_dir = opt[len("upperdir="):].split("/storage/")[0]
+R["#run_mount"] = run_mount
+R["#sandbox_dir"] = sbx_dir
+run_dir = run_mount or (sbx_dir + "/run")
 if not target:
-    for line in open("/proc/self/mountinfo"):
-        f = line.split()
-        if len(f) > 4 and f[4] == "/.airlock/run":
-            target = f[3].replace(own, victim) + "/agent.sock"
+    target = run_dir.replace(own, victim) + "/agent.sock"
 R["#target"] = target
-R["replace"] = ot(os.unlink, "/.airlock/run/agent.sock")
-R["symlink"] = ot(os.symlink, target, "/.airlock/run/agent.sock")
+for d in ("/.airlock/run", run_dir):
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError:
+        pass
+    ot(os.unlink, d + "/agent.sock")
+    R["symlink " + d] = ot(os.symlink, target, d + "/agent.sock")
+try:
+    fds = os.listdir("/proc/1/fd")
+except OSError as e:
+    fds = []
+    R["#agent_fds"] = en(e.errno)
+for fd in fds:
+    try:
+        link = os.readlink("/proc/1/fd/" + fd)
+    except OSError:
+        continue
+    if link.startswith("socket:"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        R["connect /proc/1/fd/" + fd] = ot(s.connect, "/proc/1/fd/" + fd)
+        s.close()
 done()
 `
 
-// TestEscapeAgentSocket: root in a sandbox owns /.airlock/run, the
-// directory holding the agent's socket, which is a bind mount of a host
-// directory the daemon dials. It swaps the socket for a symlink, and the
+// TestEscapeAgentSocket: root in a sandbox goes for the socket the daemon
+// dials to reach the sandbox's agent, to swap it for a symlink, and the
 // daemon restarts (an upgrade, a crash): the daemon must re-adopt the
-// sandbox through its own agent or report it crashed, never connect to the
-// symlink's target — a host socket, or another tenant's agent. Each case
-// restarts the daemon, so they run one at a time.
+// sandbox through its own agent, never connect to the symlink's target — a
+// host socket, or another tenant's agent. The socket lives in a root-only
+// directory on the host that no sandbox mounts (the agent got it from runc
+// as a descriptor), and the daemon checks that the sandbox's init answers
+// (SO_PEERCRED). Each case restarts the daemon, so they run one at a time.
 func TestEscapeAgentSocket(t *testing.T) {
 	e := startEnv(t)
 	for _, rt := range e.runtimes(t) {
@@ -99,6 +133,27 @@ func (d *decoy) count() (int, string) {
 	return d.conns, d.first
 }
 
+// checkAgentSocketAttack fails t if the attack found a host path of the
+// agent's socket dir mounted inside, or reached the agent's listening
+// socket, or if the socket the daemon dials was replaced.
+func (s *suite) checkAgentSocketAttack(t *testing.T, b *sbx, got map[string]string) {
+	t.Helper()
+	if got["#run_mount"] != "" {
+		t.Errorf("finding: the agent's socket dir %s is mounted into sandbox %s at /.airlock/run: root inside can replace the "+
+			"socket the daemon dials (internal/driver/runc/bundle.go)", got["#run_mount"], b.id)
+	}
+	for k, v := range got {
+		if strings.HasPrefix(k, "connect ") && v == "OK" {
+			t.Errorf("root in sandbox %s connected to the agent's listening socket through %s", b.id, strings.TrimPrefix(k, "connect "))
+		}
+	}
+	sock := filepath.Join(s.e.cfg.DataDir, "sandboxes", b.id, "run", "agent.sock")
+	var st syscall.Stat_t
+	if err := syscall.Lstat(sock, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK || st.Uid != 0 {
+		t.Errorf("the agent socket %s the daemon dials is no longer root's socket: mode %o uid %d (%v)", sock, st.Mode, st.Uid, err)
+	}
+}
+
 // afterRestart reports how the attacker's sandbox looks once the daemon
 // re-adopted it: its hostname and what `cat` of the neighbour's secret path
 // gives, or ok false if it is gone (reported crashed).
@@ -135,15 +190,19 @@ func (s *suite) agentSocketToHost(t *testing.T) {
 	d := newDecoy(t)
 	b := s.sandbox(t, api.CreateSandboxRequest{})
 	got := b.py(t, "root", progAgentSocket, d.path, b.id, s.nb.id)
-	t.Logf("the attacker replaced its agent socket: %v", got)
+	t.Logf("the attacker went for its agent socket: %v", got)
+	s.checkAgentSocketAttack(t, b, got)
 	s.e.restart()
 	out, ok := afterRestart(t, b)
 	if n, first := d.count(); n > 0 {
 		t.Errorf("finding: after a daemon restart the daemon (host root) connected %d times to the host socket %s that root in sandbox %s "+
-			"named by a symlink at /.airlock/run/agent.sock, and sent it %q: DialAgent follows symlinks in a directory the sandbox "+
-			"owns (internal/driver/runc/driver.go DialAgent/dialUnix)", n, d.path, b.id, first)
+			"named by a symlink in place of its agent socket, and sent it %q (internal/driver/runc/agentsock.go)", n, d.path, b.id, first)
 	}
-	if ok && strings.Fields(out)[0] != strings.ReplaceAll(b.id, "_", "-") {
+	// The sandbox is re-adopted through its own agent: the attack cost it
+	// nothing, and the restart did not lose it.
+	if !ok {
+		t.Errorf("the attacker's sandbox %s was not re-adopted after the daemon restart", b.id)
+	} else if f := strings.Fields(out); len(f) == 0 || f[0] != strings.ReplaceAll(b.id, "_", "-") {
 		t.Errorf("after the restart the attacker's sandbox is served by something else: %q", out)
 	}
 }
@@ -153,18 +212,19 @@ func (s *suite) agentSocketToHost(t *testing.T) {
 func (s *suite) agentSocketToNeighbour(t *testing.T) {
 	b := s.sandbox(t, api.CreateSandboxRequest{})
 	got := b.py(t, "root", progAgentSocket, "", b.id, s.nb.id)
-	t.Logf("the attacker replaced its agent socket: %v", got)
+	t.Logf("the attacker went for its agent socket: %v", got)
+	s.checkAgentSocketAttack(t, b, got)
 	s.e.restart()
 	out, ok := afterRestart(t, b)
 	if !ok {
-		return // reported crashed: contained
+		t.Fatalf("the attacker's sandbox %s was not re-adopted after the daemon restart", b.id)
 	}
 	own := strings.ReplaceAll(b.id, "_", "-")
 	if f := strings.Fields(out); len(f) == 0 || f[0] != own || strings.Contains(out, s.nb.secret) || strings.Contains(out, s.nb.envSecret) {
 		t.Errorf("finding: after a daemon restart, tenant %q's commands in its sandbox %s run in tenant %q's sandbox %s "+
-			"(hostname and files of the neighbour: %q). Root in the attacker's sandbox replaced /.airlock/run/agent.sock with a "+
-			"symlink to the neighbour's agent socket (host path from /proc/self/mountinfo, neighbour id assumed leaked); the "+
-			"daemon re-dials through the symlink (internal/driver/runc/driver.go DialAgent/dialUnix) and never checks whose agent answered",
+			"(hostname and files of the neighbour: %q). Root in the attacker's sandbox replaced its agent socket with a "+
+			"symlink to the neighbour's (host path from /proc/self/mountinfo, neighbour id assumed leaked) and the daemon "+
+			"dialled through it without checking whose agent answered (internal/driver/runc/agentsock.go)",
 			b.tenant, b.id, s.nb.tenant, s.nb.id, out)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -15,8 +16,12 @@ import (
 // Paths inside the sandbox.
 const (
 	agentMountPath = "/.airlock/airlock-agent"
-	runMountPath   = "/.airlock/run"
-	agentSockName  = "agent.sock"
+	// agentFD is the agent's listening socket in the sandbox's init: runc
+	// passes the descriptors it preserves from 3 on.
+	agentFD = 3
+	// resolvConfPath is where a joined network namespace's resolver
+	// configuration is mounted.
+	resolvConfPath = "/etc/resolv.conf"
 	// sandboxPath is the only environment the agent starts with: the
 	// daemon's own environment (tokens, proxies, paths) never enters.
 	sandboxPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -27,10 +32,20 @@ const (
 	// shmSize bounds /dev/shm, a tmpfs charged to the sandbox's memory but
 	// cheaper to cap here than to discover through an OOM kill.
 	shmSize = "65536k"
-	// maxNofile is the open file limit of the agent and everything it
+	// maxNofile is the hard open file limit of the agent and everything it
 	// starts, unless the daemon's own hard limit is lower: in a user
-	// namespace runc cannot raise it.
+	// namespace runc cannot raise it. Servers that want many descriptors
+	// (databases, proxies, language servers) raise their soft limit to it;
+	// what they open is charged to the sandbox's memory cgroup, which is
+	// the real bound (see docs/security.md), so the hard limit only stops
+	// one runaway process early.
 	maxNofile = 65536
+	// softNofile is the soft open file limit processes start with:
+	// select(2) cannot watch a descriptor above 1023 (FD_SETSIZE), so a
+	// higher default breaks programs that still use it, as systemd found.
+	// The agent itself (Go) raises its own soft limit to the hard one and
+	// starts execs with this one.
+	softNofile = 1024
 )
 
 // Defaults for zero resources. The service passes its own defaults; these
@@ -95,7 +110,6 @@ type bundleParams struct {
 	Spec      driver.Spec
 	Rootfs    string // merged overlay
 	AgentPath string // host path of the agent binary
-	RunDir    string // host dir bind-mounted at runMountPath
 	UIDBase   uint32
 	IDCount   uint32
 	Cgroup    string // cgroupsPath, "/airlock/<id>"
@@ -131,13 +145,16 @@ func buildSpec(p bundleParams) (*specs.Spec, error) {
 		Root:     &specs.Root{Path: p.Rootfs},
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
-			Args: []string{agentMountPath, "--listen", "unix:" + runMountPath + "/" + agentSockName},
+			// The agent serves the socket the daemon made and runc
+			// passes (see bindAgentSocket): nothing of the host is
+			// writable from inside for it.
+			Args: []string{agentMountPath, "--fd", strconv.Itoa(agentFD)},
 			Env:  []string{sandboxPath},
 			Cwd:  "/",
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: capabilities, Effective: capabilities, Permitted: capabilities,
 			},
-			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile(), Soft: nofile()}},
+			Rlimits:         []specs.POSIXRlimit{nofileLimit()},
 			NoNewPrivileges: true,
 		},
 		Mounts: []specs.Mount{
@@ -149,7 +166,6 @@ func buildSpec(p bundleParams) (*specs.Spec, error) {
 			sysMount(p.SysDir),
 			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
 			{Destination: agentMountPath, Type: "bind", Source: p.AgentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
-			{Destination: runMountPath, Type: "bind", Source: p.RunDir, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 		},
 		Linux: &specs.Linux{
 			UIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: p.UIDBase, Size: p.IDCount}},
@@ -171,6 +187,12 @@ func buildSpec(p bundleParams) (*specs.Spec, error) {
 		},
 		Annotations: map[string]string{"io.airlock.sandbox.id": p.Spec.ID},
 	}
+	if p.Spec.NetNSPath != "" && p.Spec.ResolvConfPath != "" {
+		// The namespace's resolver (airlock's DNS) replaces the
+		// template's; read-only, so root inside cannot point it elsewhere.
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: resolvConfPath, Type: "bind", Source: p.Spec.ResolvConfPath,
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+	}
 	sc, err := seccompProfile(s)
 	if err != nil {
 		return nil, err
@@ -179,13 +201,15 @@ func buildSpec(p bundleParams) (*specs.Spec, error) {
 	return s, nil
 }
 
-// nofile is maxNofile or the daemon's hard open file limit if lower.
-func nofile() uint64 {
+// nofileLimit is RLIMIT_NOFILE of the sandbox: softNofile/maxNofile, each
+// lowered to the daemon's own hard limit, which runc cannot exceed.
+func nofileLimit() specs.POSIXRlimit {
+	hard := uint64(maxNofile)
 	var rl unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil && rl.Max < maxNofile {
-		return rl.Max
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil && rl.Max < hard {
+		hard = rl.Max
 	}
-	return maxNofile
+	return specs.POSIXRlimit{Type: "RLIMIT_NOFILE", Hard: hard, Soft: min(softNofile, hard)}
 }
 
 // sysMount is /sys, read-only. With a joined network namespace it is a bind

@@ -2,6 +2,7 @@ package runc
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -18,7 +19,7 @@ func testParams(res driver.Resources, netns string) bundleParams {
 		SysDir: sysDir,
 		Spec:   driver.Spec{ID: "sbx_x", Hostname: "h1", Resources: res, NetNSPath: netns},
 		Rootfs: "/data/sandboxes/sbx_x/rootfs", AgentPath: "/data/bin/airlock-agent",
-		RunDir: "/data/sandboxes/sbx_x/run", UIDBase: 1 << 20, IDCount: 65536, Cgroup: "/airlock/sbx_x",
+		UIDBase: 1 << 20, IDCount: 65536, Cgroup: "/airlock/sbx_x",
 	}
 }
 
@@ -99,8 +100,14 @@ func TestSpecIsolation(t *testing.T) {
 	if !slices.Equal(p.Env, []string{sandboxPath}) {
 		t.Errorf("env %v, want only PATH", p.Env)
 	}
-	if !slices.Equal(p.Args, []string{"/.airlock/airlock-agent", "--listen", "unix:/.airlock/run/agent.sock"}) {
+	// The agent serves the socket runc passes as fd 3: it listens on
+	// nothing the sandbox can reach.
+	if !slices.Equal(p.Args, []string{"/.airlock/airlock-agent", "--fd", "3"}) {
 		t.Errorf("args %v", p.Args)
+	}
+	if len(p.Rlimits) != 1 || p.Rlimits[0].Type != "RLIMIT_NOFILE" || p.Rlimits[0].Soft != softNofile ||
+		p.Rlimits[0].Hard < softNofile || p.Rlimits[0].Hard > maxNofile {
+		t.Errorf("rlimits %+v, want RLIMIT_NOFILE %d soft, at most %d hard", p.Rlimits, softNofile, maxNofile)
 	}
 	c := p.Capabilities
 	if len(c.Ambient) != 0 || len(c.Inheritable) != 0 {
@@ -132,17 +139,26 @@ func TestSpecIsolation(t *testing.T) {
 }
 
 func TestSpecMounts(t *testing.T) {
+	const resolv = "/data/network/sbx_x/resolv.conf"
 	tests := []struct {
 		name    string
 		netns   string
+		resolv  string
 		sysType string
+		// wantResolv: /etc/resolv.conf is the namespace's, bound read-only.
+		wantResolv bool
 	}{
-		{"own_netns", "", "sysfs"},
-		{"joined_netns", "/run/netns/x", "bind"},
+		{"own_netns", "", "", "sysfs", false},
+		{"joined_netns", "/run/netns/x", "", "bind", false},
+		{"joined_netns_resolv", "/run/netns/x", resolv, "bind", true},
+		// Without a namespace of its own the file names no resolver of it.
+		{"own_netns_resolv", "", resolv, "sysfs", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := mustSpec(t, testParams(driver.Resources{}, tc.netns))
+			p := testParams(driver.Resources{}, tc.netns)
+			p.Spec.ResolvConfPath = tc.resolv
+			s := mustSpec(t, p)
 			mounts := map[string]specs.Mount{}
 			for _, m := range s.Mounts {
 				mounts[m.Destination] = m
@@ -169,15 +185,32 @@ func TestSpecMounts(t *testing.T) {
 			has("/sys", "noexec")
 			has("/sys/fs/cgroup", "ro")
 			has("/.airlock/airlock-agent", "ro")
-			has("/.airlock/run", "nosuid")
 			if m := mounts["/sys"]; m.Type != tc.sysType || (tc.netns != "" && m.Source != "/data/sandboxes/sbx_x/sys") {
 				t.Errorf("/sys %+v, want type %q", m, tc.sysType)
 			}
 			if m := mounts["/.airlock/airlock-agent"]; m.Source != "/data/bin/airlock-agent" {
 				t.Errorf("agent source %q", m.Source)
 			}
-			if m := mounts["/.airlock/run"]; m.Source != "/data/sandboxes/sbx_x/run" {
-				t.Errorf("run source %q", m.Source)
+			m, ok := mounts["/etc/resolv.conf"]
+			if ok != tc.wantResolv {
+				t.Errorf("/etc/resolv.conf mounted: %v, want %v", ok, tc.wantResolv)
+			}
+			if ok {
+				want := specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: resolv, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}}
+				if m.Type != want.Type || m.Source != want.Source || !slices.Equal(m.Options, want.Options) {
+					t.Errorf("/etc/resolv.conf mount %+v, want %+v", m, want)
+				}
+			}
+			// Nothing of the host is writable from inside: a writable
+			// bind would be disk outside the quota, and a path the daemon
+			// might trust (the agent's socket dir once was one).
+			for _, m := range s.Mounts {
+				if m.Type == "bind" && !slices.Contains(m.Options, "ro") {
+					t.Errorf("writable bind mount of %s at %s", m.Source, m.Destination)
+				}
+				if strings.HasPrefix(m.Destination, "/.airlock/") && m.Destination != agentMountPath {
+					t.Errorf("unexpected mount %s", m.Destination)
+				}
 			}
 			var net *specs.LinuxNamespace
 			for i, n := range s.Linux.Namespaces {

@@ -7,7 +7,8 @@
 //	slots/<n>               uid range n is taken by the sandbox id written in it
 //	sandboxes/<id>/         one sandbox: config.json (the bundle), state.json,
 //	                        rootfs/ and storage/ (internal/storage), run/ (the
-//	                        agent's socket dir), agent.log, runc.log, init.pid
+//	                        agent's socket, root's, never mounted into the
+//	                        sandbox), agent.log, runc.log, init.pid
 //
 // Every directory a sandbox's user namespace must cross (data dir, sandboxes/,
 // the sandbox dir, bin/) is searchable by others: root inside the sandbox is
@@ -67,6 +68,27 @@ type Config struct {
 	// MaxSandboxes is the number of uid ranges, so of concurrent sandboxes;
 	// default 1024.
 	MaxSandboxes int
+	// HostPIDs is the number of tasks all sandboxes together may run: the
+	// pids.max of CgroupParent. Each sandbox has its own limit, but their
+	// sum can exceed the host's pid space, and once that is full nothing
+	// on the host can fork. Default half of min(kernel.pid_max,
+	// kernel.threads-max); negative for no limit.
+	HostPIDs int64
+	// FileMax is the least fs.file-max the driver sets at start, raising a
+	// lower host setting: the host's file table is shared by every process,
+	// so the kernel's default (about 10% of memory in 1 KiB files) lets
+	// one sandbox at the maximum memory fill it, while each open file is
+	// already charged to its sandbox's memory cgroup. Default LONG_MAX
+	// (what systemd sets since v240); negative leaves the host's value.
+	FileMax int64
+	// DiskReserveMB is the free space of the data dir's file system that
+	// disk quotas may never promise away: Create refuses a sandbox whose
+	// disk_mb does not fit in the free space minus the still unwritten part
+	// of every live sandbox's quota minus this reserve (writable layers are
+	// sparse images, so a quota takes host blocks only as it fills).
+	// Default the larger of 1 GiB and 5% of the file system; negative
+	// turns the check off (deliberate over-commit).
+	DiskReserveMB int64
 	// Logger receives the driver's logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -103,9 +125,17 @@ type Driver struct {
 	// more than the counter reads it serves (Stats runs on every exec), and
 	// cgroup filesystems are not remounted under a running daemon.
 	cg *cgroups.Hierarchy
+	// statfs reports the data dir's file system; a test hook.
+	statfs func(path string, st *unix.Statfs_t) error
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
+
+	// diskMu serialises disk admission; diskPending holds the quota of
+	// every create between its admission and its end, whose image may not
+	// exist yet.
+	diskMu      sync.Mutex
+	diskPending map[string]int64
 
 	oomWarn  sync.Once
 	stop     chan struct{}
@@ -161,12 +191,14 @@ func New(cfg Config) (*Driver, error) {
 		}
 	}
 	d := &Driver{
-		cfg:       cfg,
-		log:       cfg.Logger.With("driver", Name),
-		runc:      &runcCLI{path: cfg.RuncPath, root: filepath.Join(cfg.DataDir, "runc")},
-		sbxRoot:   filepath.Join(cfg.DataDir, "sandboxes"),
-		sandboxes: map[string]*sandbox{},
-		stop:      make(chan struct{}),
+		cfg:         cfg,
+		log:         cfg.Logger.With("driver", Name),
+		runc:        &runcCLI{path: cfg.RuncPath, root: filepath.Join(cfg.DataDir, "runc")},
+		sbxRoot:     filepath.Join(cfg.DataDir, "sandboxes"),
+		sandboxes:   map[string]*sandbox{},
+		statfs:      unix.Statfs,
+		diskPending: map[string]int64{},
+		stop:        make(chan struct{}),
 	}
 	for _, dir := range []struct {
 		path string
@@ -192,6 +224,7 @@ func New(cfg Config) (*Driver, error) {
 	if err := d.ensureCgroupParent(); err != nil {
 		return nil, err
 	}
+	d.raiseFileMax()
 	d.agentPath, d.agentErr = installAgent(cfg.AgentPath, filepath.Join(cfg.DataDir, "bin", "airlock-agent"))
 	if d.agentErr != nil {
 		d.log.Warn("no usable agent binary", "path", cfg.AgentPath, "err", d.agentErr)
@@ -227,12 +260,147 @@ func (d *Driver) ensureCgroupParent() error {
 		return err
 	}
 	d.cg = h
-	for _, dir := range h.Group(d.cfg.CgroupParent).Dirs() {
+	parent := h.Group(d.cfg.CgroupParent)
+	for _, dir := range parent.Dirs() {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("creating cgroup parent: %w", err)
 		}
 	}
+	budget := d.cfg.HostPIDs
+	if budget == 0 {
+		if budget, err = hostPIDBudget(); err != nil {
+			return err
+		}
+	}
+	if !h.Has("pids") {
+		d.log.Warn("no pids cgroup controller: the sandboxes' total tasks are not bounded")
+		return nil
+	}
+	if err := parent.SetPIDsMax(budget); err != nil {
+		return fmt.Errorf("limiting the sandboxes' tasks: %w", err)
+	}
+	d.log.Debug("sandboxes' task budget set", "cgroup", parent.Path(), "pids_max", budget)
 	return nil
+}
+
+// hostPIDBudget is the default HostPIDs: half of the host's pid space
+// (the lower of kernel.pid_max and kernel.threads-max), the other half
+// left to the host, the daemon and everything else.
+func hostPIDBudget() (int64, error) {
+	var space int64
+	for _, p := range []string{"/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"} {
+		v, err := readSysctl(p)
+		if err != nil {
+			return 0, err
+		}
+		if space == 0 || v < space {
+			space = v
+		}
+	}
+	return max(space/2, 1), nil
+}
+
+// fileMaxDefault is the default Config.FileMax: LONG_MAX, the kernel's
+// upper bound for fs.file-max.
+const fileMaxDefault = 1<<63 - 1
+
+const fileMaxPath = "/proc/sys/fs/file-max"
+
+// raiseFileMax raises fs.file-max to cfg.FileMax if it is lower. Failure
+// (a host that mounts /proc/sys read-only for the daemon) is only logged:
+// sandboxes still run, with the host's file table as their shared limit.
+func (d *Driver) raiseFileMax() {
+	want := d.cfg.FileMax
+	if want < 0 {
+		return
+	}
+	if want == 0 {
+		want = fileMaxDefault
+	}
+	cur, err := readSysctl(fileMaxPath)
+	if err != nil {
+		d.log.Warn("reading fs.file-max", "err", err)
+		return
+	}
+	if cur >= want {
+		return
+	}
+	if err := os.WriteFile(fileMaxPath, []byte(strconv.FormatInt(want, 10)), 0); err != nil {
+		d.log.Warn("cannot raise fs.file-max: one sandbox can fill the host's file table", "file_max", cur, "err", err)
+		return
+	}
+	d.log.Info("raised fs.file-max: open files are bounded by each sandbox's memory cgroup", "was", cur, "now", want)
+}
+
+// readSysctl reads a single-number file of /proc/sys.
+func readSysctl(p string) (int64, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parsing %s: %w", p, err)
+	}
+	return v, nil
+}
+
+// diskReserveMin is the least default reserve of DiskReserveMB: what the
+// host needs to keep working (the store, logs, template builds).
+const diskReserveMin = 1 << 30
+
+// admitDisk reserves diskMB for sandbox id against the data dir's free
+// space, or fails with an error wrapping errdefs.ErrCapacityExhausted if
+// the host cannot promise it: free space, minus what live sandboxes may
+// still write into their sparse images, minus creates in flight, minus the
+// reserve. The returned release ends the reservation once the sandbox's
+// image exists (it is then counted from the image itself) or the create
+// failed.
+func (d *Driver) admitDisk(id string, res driver.Resources) (release func(), err error) {
+	if res.DiskTmpfs || d.cfg.DiskReserveMB < 0 {
+		return func() {}, nil // tmpfs layers use memory, not disk
+	}
+	want := res.DiskMB << 20
+	d.diskMu.Lock()
+	defer d.diskMu.Unlock()
+	var sfs unix.Statfs_t
+	if err := d.statfs(d.sbxRoot, &sfs); err != nil {
+		return nil, fmt.Errorf("statfs of the data dir: %w", err)
+	}
+	free := int64(sfs.Bavail) * sfs.Bsize
+	reserve := d.cfg.DiskReserveMB << 20
+	if reserve == 0 {
+		reserve = max(diskReserveMin, int64(sfs.Blocks)*sfs.Bsize/20)
+	}
+	var promised int64
+	ents, err := os.ReadDir(d.sbxRoot)
+	if err != nil {
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
+	}
+	for _, e := range ents {
+		if _, ok := d.diskPending[e.Name()]; ok || !e.IsDir() {
+			continue
+		}
+		n, err := storage.Unallocated(filepath.Join(d.sbxRoot, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("disk promised to sandbox %s: %w", e.Name(), err)
+		}
+		promised += n
+	}
+	for _, n := range d.diskPending {
+		promised += n
+	}
+	if avail := free - promised - reserve; want > avail {
+		return nil, errdefs.Wrap(errdefs.ErrCapacityExhausted,
+			"disk: %d MiB asked, the host can promise %d MiB (free %d MiB, promised to sandboxes %d MiB, reserve %d MiB)",
+			want>>20, max(avail, 0)>>20, free>>20, promised>>20, reserve>>20)
+	}
+	d.diskPending[id] = want
+	return func() {
+		d.diskMu.Lock()
+		delete(d.diskPending, id)
+		d.diskMu.Unlock()
+	}, nil
 }
 
 // searchable checks that every directory from / down to dir lets others
@@ -330,6 +498,11 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle
 	log := d.logger(spec.ID)
 	dir := d.dir(spec.ID)
 	t0 := time.Now()
+	release, err := d.admitDisk(spec.ID, res)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 
 	// Everything made below is undone if a later step fails; the rollback
 	// runs on a context the caller cannot cancel.
@@ -369,11 +542,9 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle
 		ID: spec.ID, Slot: slot, UIDBase: d.cfg.UIDRangeStart + uint32(slot)*d.cfg.IDCount,
 		IDCount: d.cfg.IDCount, Dir: dir, Cgroup: d.cgroupPath(spec.ID),
 	}
-	runDir := filepath.Join(dir, "run")
-	if err := os.Mkdir(runDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating agent run dir: %w", err)
-	}
-	if err := os.Chown(runDir, int(st.UIDBase), int(st.UIDBase)); err != nil {
+	// The agent's socket dir is root's and stays on the host (see
+	// agentsock.go): the umask cannot widen 0700.
+	if err := os.Mkdir(filepath.Join(dir, "run"), 0o700); err != nil {
 		return nil, fmt.Errorf("creating agent run dir: %w", err)
 	}
 	if err := st.save(); err != nil {
@@ -404,7 +575,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle
 	spec.Resources = res
 	t2 := time.Now()
 	s, err := buildSpec(bundleParams{
-		Spec: spec, Rootfs: rootfs.Path(), AgentPath: d.agentPath, RunDir: runDir,
+		Spec: spec, Rootfs: rootfs.Path(), AgentPath: d.agentPath,
 		UIDBase: st.UIDBase, IDCount: st.IDCount, Cgroup: st.Cgroup, SysDir: sysDir,
 	})
 	if err != nil {
@@ -456,10 +627,17 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		return fmt.Errorf("opening agent log: %w", err)
 	}
 	defer logf.Close()
+	// A fresh socket for every start: the one of an earlier init died
+	// with it.
+	sock, err := bindAgentSocket(filepath.Join(dir, "run"))
+	if err != nil {
+		return fmt.Errorf("starting sandbox %s: %w", id, err)
+	}
+	defer sock.Close() // the init keeps its own copy
 	pidFile := filepath.Join(dir, "init.pid")
 	os.Remove(pidFile)
 	t0 := time.Now()
-	if err := d.runc.run(ctx, id, dir, pidFile, filepath.Join(dir, "runc.log"), logf); err != nil {
+	if err := d.runc.run(ctx, id, dir, pidFile, filepath.Join(dir, "runc.log"), logf, sock); err != nil {
 		// runc may leave a container record behind on failure.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
@@ -834,23 +1012,40 @@ const (
 	dialRetryMax  = 20 * time.Millisecond
 )
 
-// DialAgent connects to the agent's unix socket, retrying until ctx is done.
-// It fails early if the sandbox's init has ended.
+// DialAgent connects to the agent's socket, retrying until ctx is done
+// while the agent does not listen yet. It fails early if the sandbox's init
+// has ended, and at once, with errdefs.ErrUnavailable, if anything but the
+// sandbox's agent answers (see agentsock.go).
 func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	runDir := filepath.Join(d.dir(id), "run")
-	if _, err := os.Stat(runDir); err != nil {
-		return nil, errdefs.Wrap(errdefs.ErrNotFound, "sandbox %s", id)
+	st, err := loadState(d.dir(id))
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return nil, errdefs.Wrap(errdefs.ErrNotFound, "sandbox %s", id)
+		}
+		return nil, err
 	}
+	runDir := filepath.Join(st.Dir, "run")
 	wait := dialRetry
 	for try := 0; ; try++ {
-		conn, err := dialUnix(ctx, runDir, agentSockName)
+		want := peer{uid: st.UIDBase, pid: st.Pid}
+		p := d.proc(id)
+		if p != nil {
+			want.pid = p.Pid()
+		}
+		conn, err := dialAgentSocket(ctx, runDir, want)
 		if err == nil {
 			return conn, nil
 		}
-		if p := d.proc(id); p != nil {
+		if !errors.Is(err, errNotListening) {
+			if errors.Is(err, errdefs.ErrUnavailable) {
+				d.logger(id).Warn("refusing the agent socket's peer", "err", err)
+			}
+			return nil, fmt.Errorf("connecting to sandbox %s agent: %w", id, err)
+		}
+		if p != nil {
 			select {
 			case <-p.Done():
 				return nil, errdefs.Wrap(errdefs.ErrUnavailable, "sandbox %s agent: init has ended", id)
@@ -859,29 +1054,13 @@ func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: connecting to sandbox %s agent: %v (%v)", errdefs.ErrUnavailable, id, ctx.Err(), err)
+			return nil, fmt.Errorf("%w: connecting to sandbox %s agent: %v", errdefs.ErrUnavailable, id, ctx.Err())
 		case <-time.After(wait):
 		}
 		if try >= dialFastTries && wait < dialRetryMax {
 			wait *= 2
 		}
 	}
-}
-
-// dialUnix connects to dir/name. A sockaddr holds at most 107 bytes of path,
-// so a long one is reached through /proc/self/fd of the open directory.
-func dialUnix(ctx context.Context, dir, name string) (net.Conn, error) {
-	var dialer net.Dialer
-	path := filepath.Join(dir, name)
-	if len(path) < 100 {
-		return dialer.DialContext(ctx, "unix", path)
-	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	return dialer.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, name))
 }
 
 // Pause freezes every process of the sandbox (cgroup freezer).

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -61,16 +62,21 @@ func (r *runcCLI) exec(ctx context.Context, args ...string) ([]byte, error) {
 // run starts the container of the bundle in bundleDir, detached. runc's own
 // messages go to logPath (JSON lines); the container's stdout and stderr
 // go to stdio, which must be a file: a pipe would be held open by the
-// container for ever.
-func (r *runcCLI) run(ctx context.Context, id, bundleDir, pidFile, logPath string, stdio *os.File) error {
+// container for ever. The container's init gets extra as descriptors 3, 4…
+// (--preserve-fds).
+func (r *runcCLI) run(ctx context.Context, id, bundleDir, pidFile, logPath string, stdio *os.File, extra ...*os.File) error {
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
 	}
 	defer null.Close()
-	cmd := r.command(ctx, "--log", logPath, "--log-format", "json",
-		"run", "--detach", "--pid-file", pidFile, "--bundle", bundleDir, id)
+	args := []string{"--log", logPath, "--log-format", "json", "run", "--detach", "--pid-file", pidFile, "--bundle", bundleDir}
+	if len(extra) > 0 {
+		args = append(args, "--preserve-fds", strconv.Itoa(len(extra)))
+	}
+	cmd := r.command(ctx, append(args, id)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, stdio, stdio
+	cmd.ExtraFiles = extra
 	if err := cmd.Run(); err != nil {
 		return runcError("run", lastLogError(logPath), err)
 	}

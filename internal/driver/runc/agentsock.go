@@ -1,0 +1,137 @@
+package runc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// The agent's connection. The daemon makes the agent's unix socket itself,
+// at <sandbox>/run/agent.sock: run/ is root's, mode 0700, and never mounted
+// into the sandbox, so nothing inside can reach, replace or symlink the
+// socket file. Start hands the bound socket to the sandbox's init (runc
+// --preserve-fds, descriptor agentFD), the agent listens on it and keeps it
+// for its whole life, so a restarted daemon reconnects to the same path.
+// DialAgent then checks that whoever answers is the sandbox's agent: the
+// kernel reports the credentials of the process that called listen(2)
+// (SO_PEERCRED), which must be the sandbox's init, root of its user
+// namespace.
+
+// agentSockName is the agent's socket in the sandbox's run dir.
+const agentSockName = "agent.sock"
+
+// errNotListening means the agent has not listened on its socket yet (or
+// its init is gone): DialAgent retries.
+var errNotListening = errors.New("agent not listening")
+
+// bindAgentSocket makes a unix stream socket bound at dir/agent.sock,
+// replacing a stale one of an earlier start. It does not listen: the agent
+// does, so that clients see it as the socket's peer, and until then a
+// connection is refused, which DialAgent takes for "not ready yet".
+func bindAgentSocket(dir string) (*os.File, error) {
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening agent run dir: %w", err)
+	}
+	defer unix.Close(dfd)
+	if err := unix.Unlinkat(dfd, agentSockName, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return nil, fmt.Errorf("removing stale agent socket: %w", err)
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("agent socket: %w", err)
+	}
+	// Through the directory's descriptor: a sockaddr holds 107 bytes of
+	// path at most, and a data dir path can be longer.
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: fmt.Sprintf("/proc/self/fd/%d/%s", dfd, agentSockName)}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("binding agent socket: %w", err)
+	}
+	if err := unix.Fchmodat(dfd, agentSockName, 0o600, 0); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("agent socket mode: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "agent-socket"), nil
+}
+
+// peer is who must answer on a sandbox's agent socket.
+type peer struct {
+	uid uint32 // host uid of the sandbox's root (its uid base); gid likewise
+	pid int    // host pid of its init, 0 if unknown
+}
+
+// dialAgentSocket connects to dir/agent.sock and checks the peer. The file
+// is opened without following a symlink and must be a socket owned by host
+// root (the daemon made it) or by the sandbox's root (a sandbox started by
+// a daemon before this layout, whose agent made it); the connection goes
+// to that very inode. It returns errNotListening while nobody listens, and
+// an error wrapping errdefs.ErrUnavailable if someone else answers.
+func dialAgentSocket(ctx context.Context, dir string, want peer) (net.Conn, error) {
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening agent run dir: %w", err)
+	}
+	defer unix.Close(dfd)
+	sfd, err := unix.Openat(dfd, agentSockName, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, errNotListening
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening agent socket: %w", err)
+	}
+	defer unix.Close(sfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(sfd, &st); err != nil {
+		return nil, fmt.Errorf("agent socket: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK || (st.Uid != 0 && st.Uid != want.uid) {
+		return nil, errdefs.Wrap(errdefs.ErrUnavailable, "agent socket is not a socket of the daemon or the sandbox (mode %o, owner %d)", st.Mode, st.Uid)
+	}
+	var dialer net.Dialer
+	conn, err := dialer.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", sfd))
+	if err != nil {
+		if errors.Is(err, unix.ECONNREFUSED) {
+			return nil, errNotListening
+		}
+		return nil, err
+	}
+	if err := checkPeer(conn, want); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// checkPeer fails unless conn's peer is want: the process that listens on
+// the agent socket runs as the sandbox's root and, if known, is its init.
+func checkPeer(conn net.Conn, want peer) error {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return fmt.Errorf("agent connection is a %T", conn)
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if credErr != nil {
+		return fmt.Errorf("agent peer credentials: %w", credErr)
+	}
+	if cred.Uid != want.uid || cred.Gid != want.uid || (want.pid > 0 && int(cred.Pid) != want.pid) {
+		return errdefs.Wrap(errdefs.ErrUnavailable, "agent socket answered by pid %d uid %d gid %d, want the sandbox's init (pid %d, uid %d)",
+			cred.Pid, cred.Uid, cred.Gid, want.pid, want.uid)
+	}
+	return nil
+}
