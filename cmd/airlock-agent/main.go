@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,6 +53,7 @@ func run(args []string) error {
 	if *stdio && *fdNum >= 0 {
 		return errors.New("--stdio and --fd are exclusive")
 	}
+	prewarmThreads(spareThreads)
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -371,3 +373,33 @@ type stdioAddr struct{}
 
 func (stdioAddr) Network() string { return "stdio" }
 func (stdioAddr) String() string  { return "stdio" }
+
+// spareThreads is how many OS threads the agent creates at start and keeps
+// idle. Threads count against the sandbox's PID limit, so under a fork bomb
+// clone(2) fails for everyone, the agent included; the Go runtime treats a
+// failed thread creation as fatal, and the agent is PID 1. With idle threads
+// already made, the runtime reuses them instead of creating new ones while
+// the bomb runs, and the agent stays alive to end it (timeout, signal).
+const spareThreads = 12
+
+// prewarmThreads makes the runtime create n OS threads (each goroutine
+// holds its own locked thread until all exist) and then releases them to the
+// runtime's idle list, where they stay for reuse.
+func prewarmThreads(n int) {
+	var held, done sync.WaitGroup
+	release := make(chan struct{})
+	held.Add(n)
+	done.Add(n)
+	for range n {
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread()
+			held.Done()
+			<-release
+			runtime.UnlockOSThread()
+		}()
+	}
+	held.Wait()
+	close(release)
+	done.Wait()
+}

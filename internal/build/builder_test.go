@@ -76,7 +76,7 @@ func TestBuildSpec(t *testing.T) {
 		{"user-step", "cat /tmp/who; stat -c %U /home/user/made-by-user", "user\n1000\nuser\n"},
 		{"workdir-made", "stat -c '%F %U' /srv/app", "directory root\n"},
 		{"base-intact", "python3 -c 'print(6*7)'; id user", "42\nuid=1000(user) gid=1000(user) groups=1000(user)\n"},
-		{"no-build-leftovers", "ls -A /.airlock | sort | tr '\\n' ' '", "airlock-agent run "},
+		{"no-build-leftovers", "ls -A /.airlock | sort | tr '\\n' ' '", "airlock-agent "},
 	}
 	for _, ch := range checks {
 		t.Run(ch.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -166,6 +167,7 @@ func TestUsageSurvivesDaemonKill(t *testing.T) {
 		if t.Failed() {
 			t.Logf("second daemon log:\n%s", d2.logs.String())
 		}
+		reapAdopted(t)
 		leaks.AssertNoLeaks(t)
 	})
 
@@ -201,4 +203,52 @@ func TestUsageSurvivesDaemonKill(t *testing.T) {
 		t.Fatalf("total %.2f != the sandbox's %.2f", rep.Total.RunningS, running)
 	}
 	t.Logf("running_s %.2f over %.2f s of wall time", running, wall)
+}
+
+// reapAdopted reaps zombie children this test process inherited. An
+// in-process daemon of an earlier test in this package made the test
+// process a child subreaper, so the sandbox init that the SIGKILLed daemon
+// had adopted was reparented here, not to host PID 1; once the restarted
+// daemon destroyed the sandbox it is a zombie that only its parent (this
+// process) can reap. Only zombies are waited for, by pid, so no exec.Cmd of
+// the test loses its status.
+func reapAdopted(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		adopted := 0
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			st := string(b)
+			open, end := strings.IndexByte(st, '('), strings.LastIndexByte(st, ')')
+			if open < 0 || end < open || end+4 > len(st) {
+				continue
+			}
+			var state byte
+			var ppid int
+			if _, err := fmt.Sscanf(st[end+2:], "%c %d", &state, &ppid); err != nil || ppid != os.Getpid() {
+				continue
+			}
+			if st[open+1:end] != "airlock-agent" {
+				continue
+			}
+			adopted++
+			if state == 'Z' {
+				var ws syscall.WaitStatus
+				_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+			}
+		}
+		if adopted == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
