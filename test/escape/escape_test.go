@@ -843,7 +843,9 @@ func (s *suite) forkBomb(t *testing.T) {
 	if !eventually(20*time.Second, func() bool {
 		m, err := b.c().Metrics(ctx, b.id)
 		left = m.PIDs
-		return err == nil && m.PIDs < 10
+		// What stays is the agent's own threads (about a dozen kept idle,
+		// see cmd/airlock-agent), nothing of the bomb's 128.
+		return err == nil && m.PIDs < 24
 	}) {
 		t.Errorf("%d tasks left after the fork bomb ended", left)
 	}
