@@ -78,6 +78,13 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 - **Idle memory.** One process per sandbox (the agent; runc exits after the start and there is no
   shim). RSS counts the agent binary's pages in full for every sandbox; PSS shares them.
 NOTES
-} > docs/benchmarks.md
+	# The hand-written sections below the table (method, what dominates
+	# each number) are kept from the previous page.
+	if [ -f docs/benchmarks.md ]; then
+		echo
+		sed -n '/^## How it is measured/,$p' docs/benchmarks.md
+	fi
+} > docs/benchmarks.md.new
+mv docs/benchmarks.md.new docs/benchmarks.md
 rm -f "$OUT"
 exit $status
