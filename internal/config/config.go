@@ -81,6 +81,10 @@ type Config struct {
 	SampleIntervalS int64 `json:"sample_interval_s"`
 	// Prices turn metered usage into cost; all zero means no cost.
 	Prices Prices `json:"prices"`
+
+	// OTLPEndpoint is the OTLP/HTTP collector that receives traces, e.g.
+	// http://127.0.0.1:4318; empty disables tracing.
+	OTLPEndpoint string `json:"otlp_endpoint,omitempty"`
 }
 
 // Prices is the price table of usage metering, in one currency of the
@@ -158,7 +162,7 @@ var EnvVars = []string{
 	"AIRLOCK_DEFAULT_TIMEOUT_S", "AIRLOCK_MAX_TIMEOUT_S", "AIRLOCK_MAX_SANDBOXES",
 	"AIRLOCK_MAX_SANDBOXES_PER_TENANT", "AIRLOCK_MAX_UPLOAD_BYTES", "AIRLOCK_MAX_EXEC_TIMEOUT_S",
 	"AIRLOCK_MAX_EXEC_OUTPUT_BYTES", "AIRLOCK_RECORD_RETENTION_S", "AIRLOCK_SHUTDOWN_TIMEOUT_S",
-	"AIRLOCK_SAMPLE_INTERVAL_S",
+	"AIRLOCK_SAMPLE_INTERVAL_S", "AIRLOCK_OTLP_ENDPOINT",
 }
 
 func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
@@ -215,6 +219,7 @@ func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
 	i64("AIRLOCK_RECORD_RETENTION_S", &c.RecordRetentionS)
 	i64("AIRLOCK_SHUTDOWN_TIMEOUT_S", &c.ShutdownTimeoutS)
 	i64("AIRLOCK_SAMPLE_INTERVAL_S", &c.SampleIntervalS)
+	str("AIRLOCK_OTLP_ENDPOINT", &c.OTLPEndpoint)
 	return firstErr
 }
 

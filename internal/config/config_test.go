@@ -84,3 +84,29 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestOTLPEndpoint(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.json")
+	os.WriteFile(path, []byte(`{"otlp_endpoint": "http://127.0.0.1:1"}`), 0o644)
+	tests := []struct {
+		name string
+		path string
+		env  map[string]string
+		want string
+	}{
+		{"default-off", "", nil, ""},
+		{"file", path, nil, "http://127.0.0.1:1"},
+		{"env-beats-file", path, map[string]string{"AIRLOCK_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, "http://127.0.0.1:4318"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(tt.path, env(tt.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.OTLPEndpoint != tt.want {
+				t.Fatalf("otlp_endpoint = %q, want %q", c.OTLPEndpoint, tt.want)
+			}
+		})
+	}
+}

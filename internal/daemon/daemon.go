@@ -46,6 +46,7 @@ import (
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
+	"github.com/airlockhq/airlock/internal/tracing"
 	"github.com/airlockhq/airlock/internal/version"
 )
 
@@ -168,6 +169,22 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	}
 	log := newLogger(opts.Stderr, cfg.LogLevel)
 	slog.SetDefault(log)
+
+	// Tracing first and its shutdown last, so that the spans of the whole
+	// run, shutdown included, are flushed.
+	shutdownTracing, err := tracing.Setup(ctx, tracing.Config{
+		Endpoint: cfg.OTLPEndpoint, ServiceName: "airlock", Version: version.Version,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(tctx); err != nil {
+			log.Warn("flushing traces", "err", err)
+		}
+	}()
 
 	// Container inits are reparented to us rather than to host PID 1, so
 	// that the driver can learn how they ended.

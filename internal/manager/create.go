@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/audit"
@@ -71,6 +73,8 @@ type CreateResult struct {
 // its agent answered. idemKey is the Idempotency-Key header ("" for none).
 // On any failure nothing of the sandbox is left running.
 func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSandboxRequest, idemKey string) (_ CreateResult, err error) {
+	ctx, span := startSpan(ctx, "manager.create", "")
+	defer func() { endSpan(span, err) }()
 	sp, drv, err := m.validateCreate(req)
 	if err != nil {
 		return CreateResult{}, err
@@ -169,6 +173,9 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		return CreateResult{}, err
 	}
 
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("airlock.sandbox_id", id), attribute.String("airlock.runtime", drv.Name()))
+	}
 	log := m.log.With("sandbox_id", id, "tenant", p.Tenant, "driver", drv.Name())
 	// The client going away must not leave a half-made sandbox, and an
 	// idempotent retry should find the finished one: so the create runs to
@@ -230,10 +237,15 @@ func (m *Manager) bringUp(ctx context.Context, sb *sandbox, sp spec, tmpl driver
 		Hostname: strings.ReplaceAll(sb.id, "_", "-"),
 	}
 	// The namespace first: the runtime joins it. failCreate tears it down.
-	if err := m.setupNetwork(ctx, sb, sp.Network, &dspec); err != nil {
+	nctx, span := startSpan(ctx, "network.setup", sb.id)
+	err := m.setupNetwork(nctx, sb, sp.Network, &dspec)
+	endSpan(span, err)
+	if err != nil {
 		return err
 	}
-	h, err := sb.drv.Create(ctx, dspec)
+	dctx, span := startSpan(ctx, "driver.create", sb.id)
+	h, err := sb.drv.Create(dctx, dspec)
+	endSpan(span, err)
 	if err != nil {
 		return fmt.Errorf("driver create: %w", err)
 	}
@@ -244,9 +256,20 @@ func (m *Manager) bringUp(ctx context.Context, sb *sandbox, sp spec, tmpl driver
 	if err := sb.update(ctx, func(r *store.Sandbox) { r.Handle = hj }); err != nil {
 		return err
 	}
-	if err := sb.drv.Start(ctx, sb.id); err != nil {
+	sctx, span := startSpan(ctx, "driver.start", sb.id)
+	err = sb.drv.Start(sctx, sb.id)
+	endSpan(span, err)
+	if err != nil {
 		return fmt.Errorf("driver start: %w", err)
 	}
+	actx, span := startSpan(ctx, "agent.ready", sb.id)
+	err = m.agentReady(actx, sb)
+	endSpan(span, err)
+	return err
+}
+
+// agentReady connects to the sandbox's agent and waits for its answer.
+func (m *Manager) agentReady(ctx context.Context, sb *sandbox) error {
 	c, err := sb.agent(ctx)
 	if err != nil {
 		return err

@@ -160,7 +160,11 @@ func (m *Manager) validateExec(req api.ExecRequest) (agentproto.ExecRequest, err
 
 // Exec starts a command in sandbox id. The returned Exec is followed to its
 // end whether or not the caller stays.
-func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api.ExecRequest, opts ExecOptions) (*Exec, error) {
+func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api.ExecRequest, opts ExecOptions) (_ *Exec, err error) {
+	// Spans hold ids only (no argv, env or output), so that tracing adds
+	// no per-exec allocation beyond the span itself.
+	ctx, span := startSpan(ctx, "manager.exec", id)
+	defer func() { endSpan(span, err) }()
 	areq, err := m.validateExec(req)
 	if err != nil {
 		return nil, err
@@ -247,7 +251,13 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 	sb.execs[t.id] = t
 	sb.mu.Unlock()
 	oomWG.Wait() // the tracker reads the baseline
-	m.goBackground(func() { t.run(tctx, cancel, stream) })
+	// exec.run lasts until the command ended, after the request may have
+	// returned; it is a child of manager.exec all the same.
+	_, runSpan := startSpan(ctx, "exec.run", "")
+	m.goBackground(func() {
+		t.run(tctx, cancel, stream)
+		runSpan.End()
+	})
 	return &Exec{t: t}, nil
 }
 

@@ -76,6 +76,8 @@ func fileInfo(fi agentproto.FileInfo) api.FileInfo {
 
 // StatFile describes path in sandbox id.
 func (m *Manager) StatFile(ctx context.Context, p auth.Principal, id, pth, user string) (api.FileInfo, error) {
+	ctx, span := startSpan(ctx, "manager.files.stat", id)
+	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)
 	if err != nil {
 		return api.FileInfo{}, err
@@ -90,6 +92,8 @@ func (m *Manager) StatFile(ctx context.Context, p auth.Principal, id, pth, user 
 
 // ListFiles lists directory pth down to depth levels.
 func (m *Manager) ListFiles(ctx context.Context, p auth.Principal, id, pth, user string, depth int) (api.FileList, error) {
+	ctx, span := startSpan(ctx, "manager.files.list", id)
+	defer span.End()
 	if depth < 1 || depth > 32 {
 		return api.FileList{}, public(errInvalid, "depth must be between 1 and 32")
 	}
@@ -114,6 +118,8 @@ func (m *Manager) ListFiles(ctx context.Context, p auth.Principal, id, pth, user
 
 // Mkdir creates directory pth (and its parents when parents).
 func (m *Manager) Mkdir(ctx context.Context, p auth.Principal, id, pth, user string, parents bool) (api.FileInfo, error) {
+	ctx, span := startSpan(ctx, "manager.files.mkdir", id)
+	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)
 	if err != nil {
 		return api.FileInfo{}, err
@@ -131,6 +137,8 @@ func (m *Manager) Mkdir(ctx context.Context, p auth.Principal, id, pth, user str
 
 // Move renames from to to.
 func (m *Manager) Move(ctx context.Context, p auth.Principal, id, from, to, user string) (api.FileInfo, error) {
+	ctx, span := startSpan(ctx, "manager.files.move", id)
+	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &from, &to)
 	if err != nil {
 		return api.FileInfo{}, err
@@ -150,6 +158,8 @@ func (m *Manager) Move(ctx context.Context, p auth.Principal, id, from, to, user
 
 // RemoveFile deletes pth (a non-empty directory needs recursive).
 func (m *Manager) RemoveFile(ctx context.Context, p auth.Principal, id, pth, user string, recursive bool) error {
+	ctx, span := startSpan(ctx, "manager.files.remove", id)
+	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)
 	if err != nil {
 		return err
@@ -166,6 +176,8 @@ func (m *Manager) RemoveFile(ctx context.Context, p auth.Principal, id, pth, use
 
 // WriteFile stores r at pth with mode (0: default), at most maxBytes.
 func (m *Manager) WriteFile(ctx context.Context, p auth.Principal, id, pth, user string, mode os.FileMode, r io.Reader, maxBytes int64) (api.FileWritten, error) {
+	ctx, span := startSpan(ctx, "manager.files.write", id)
+	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)
 	if err != nil {
 		return api.FileWritten{}, err
@@ -187,6 +199,8 @@ func (m *Manager) WriteFile(ctx context.Context, p auth.Principal, id, pth, user
 // TarIn unpacks the tar stream r into directory dir. It returns the bytes
 // of the archive read.
 func (m *Manager) TarIn(ctx context.Context, p auth.Principal, id, dir, user string, r io.Reader) (api.FileWritten, error) {
+	ctx, span := startSpan(ctx, "manager.files.tar_in", id)
+	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &dir)
 	if err != nil {
 		return api.FileWritten{}, err
@@ -205,6 +219,8 @@ func (m *Manager) TarIn(ctx context.Context, p auth.Principal, id, dir, user str
 // ReadFile opens pth. For a directory, isDir is set and rc is a tar stream
 // of it. The caller closes rc.
 func (m *Manager) ReadFile(ctx context.Context, p auth.Principal, id, pth, user string) (rc io.ReadCloser, fi api.FileInfo, err error) {
+	ctx, span := startSpan(ctx, "manager.files.read", id)
+	defer func() { endSpan(span, err) }()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)
 	if err != nil {
 		return nil, api.FileInfo{}, err

@@ -151,7 +151,9 @@ func publicText(err error) string {
 
 // Delete stops and removes sandbox id. Deleting a sandbox that is already
 // stopped (or was never fully created) succeeds; nothing of it is left.
-func (m *Manager) Delete(ctx context.Context, p auth.Principal, id string) error {
+func (m *Manager) Delete(ctx context.Context, p auth.Principal, id string) (err error) {
+	ctx, span := startSpan(ctx, "manager.delete", id)
+	defer func() { endSpan(span, err) }()
 	m.mu.Lock()
 	sb := m.live[id]
 	m.mu.Unlock()
@@ -335,7 +337,9 @@ func (m *Manager) SetTimeout(ctx context.Context, p auth.Principal, id string, t
 }
 
 // Pause freezes sandbox id. Pausing a paused sandbox is a no-op.
-func (m *Manager) Pause(ctx context.Context, p auth.Principal, id string) (api.Sandbox, error) {
+func (m *Manager) Pause(ctx context.Context, p auth.Principal, id string) (_ api.Sandbox, err error) {
+	ctx, span := startSpan(ctx, "manager.pause", id)
+	defer func() { endSpan(span, err) }()
 	sb, err := m.liveSandbox(ctx, p, id)
 	if err != nil {
 		return api.Sandbox{}, err
@@ -373,7 +377,9 @@ func (m *Manager) Pause(ctx context.Context, p auth.Principal, id string) (api.S
 
 // Resume thaws sandbox id; its deadline moves by the time it was paused.
 // Resuming a running sandbox is a no-op.
-func (m *Manager) Resume(ctx context.Context, p auth.Principal, id string) (api.Sandbox, error) {
+func (m *Manager) Resume(ctx context.Context, p auth.Principal, id string) (_ api.Sandbox, err error) {
+	ctx, span := startSpan(ctx, "manager.resume", id)
+	defer func() { endSpan(span, err) }()
 	sb, err := m.liveSandbox(ctx, p, id)
 	if err != nil {
 		return api.Sandbox{}, err

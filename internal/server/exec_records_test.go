@@ -45,6 +45,10 @@ func TestExecRecordRetention(t *testing.T) {
 	// Past it they are gone, with the sandbox's record.
 	h.clock.Advance(time.Hour)
 	h.restart()
+	// The purge runs in the manager's loop right after start: wait for it.
+	eventually(t, "the purge of expired exec records", func() bool {
+		return h.req("GET", "/v1/sandboxes/"+sb.ID+"/execs/"+recs[0].id, key, nil).StatusCode == http.StatusNotFound
+	})
 	h.expect(h.req("GET", "/v1/sandboxes/"+sb.ID+"/execs/"+recs[0].id, key, nil), http.StatusNotFound, "")
 	h.expect(h.req("GET", "/v1/sandboxes/"+sb.ID, key, nil), http.StatusNotFound, api.CodeSandboxNotFound)
 }

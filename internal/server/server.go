@@ -280,14 +280,15 @@ func logFrom(ctx context.Context) *slog.Logger {
 }
 
 // withRequest gives every request an id (X-Request-Id), a logger carrying
-// it, panic recovery, an access log line and latency metrics.
+// it, a trace span, panic recovery, an access log line and latency metrics.
 func (s *Server) withRequest(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rs := &requestState{id: auth.RandomID("req_", 10)}
 		w.Header().Set("X-Request-Id", rs.id)
 		log := s.log.With("request_id", rs.id)
-		ctx := context.WithValue(r.Context(), keyState, rs)
+		ctx, span := startRequestSpan(r)
+		ctx = context.WithValue(ctx, keyState, rs)
 		ctx = audit.WithRequestID(ctx, rs.id)
 		ctx = withLogger(ctx, log)
 		r = r.WithContext(ctx)
@@ -312,6 +313,7 @@ func (s *Server) withRequest(next http.Handler) http.Handler {
 			}
 			d := time.Since(start)
 			s.metrics.observeRequest(r.Method, route, status, d)
+			endRequestSpan(span, r.Method, route, status, rs)
 			level := slog.LevelInfo
 			if route == "GET /healthz" || route == "GET /readyz" || route == "GET /metrics" {
 				level = slog.LevelDebug
