@@ -444,6 +444,11 @@ func serve(ctx context.Context, cfg config.Config, ln net.Listener, srv *server.
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info("airlock serving", "addr", ln.Addr().String(), "version", version.Version, "data_dir", cfg.DataDir)
+	// How to use it, for the person who just ran `make run`.
+	fmt.Fprintf(opts.Stderr, "\nairlock is ready on http://%s — with AIRLOCK_API_KEY set to your key:\n"+
+		"    bin/airlock run -- python3 -c 'print(6*7)'\n"+
+		"    curl -H \"Authorization: Bearer $AIRLOCK_API_KEY\" -d '{}' http://%s/v1/sandboxes\n"+
+		"    bin/airlock doctor    # what this host can run\n\n", ln.Addr(), ln.Addr())
 	if opts.Ready != nil {
 		opts.Ready(ln.Addr())
 	}
