@@ -88,10 +88,14 @@ type CreateSandboxRequest struct {
 	TimeoutS  *int64            `json:"timeout_s,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
 	Secrets   map[string]string `json:"secrets,omitempty"`
-	Metadata  map[string]string `json:"metadata,omitempty"`
-	Network   *Network          `json:"network,omitempty"`
-	Volumes   []VolumeMount     `json:"volumes,omitempty"`
-	AutoPause bool              `json:"auto_pause,omitempty"`
+	// SecretsAsFiles gives the secrets as files /run/secrets/<NAME> (mode
+	// 0400, owned by the sandbox user, on a memory file system) instead of
+	// exec environment variables.
+	SecretsAsFiles bool              `json:"secrets_as_files,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	Network        *Network          `json:"network,omitempty"`
+	Volumes        []VolumeMount     `json:"volumes,omitempty"`
+	AutoPause      bool              `json:"auto_pause,omitempty"`
 }
 
 // Sandbox is a sandbox as the API reports it.

@@ -102,6 +102,10 @@ type Spec struct {
 	// mounts read-only at /etc/resolv.conf: it names the sandbox's own
 	// resolver (airlock's DNS, which answers only allowed names).
 	ResolvConfPath string `json:"resolv_conf_path,omitempty"`
+	// SecretsTmpfs asks for a small memory file system at /run/secrets,
+	// writable by every user of the sandbox (sticky), where the manager
+	// writes the sandbox's secrets as files: they never touch a disk.
+	SecretsTmpfs bool `json:"secrets_tmpfs,omitempty"`
 }
 
 // Handle identifies a sandbox to its driver across daemon restarts. The store

@@ -55,7 +55,9 @@ type spec struct {
 	TimeoutS  int64             `json:"timeout_s"`
 	Env       map[string]string `json:"env,omitempty"`
 	Secrets   []string          `json:"secret_names,omitempty"`
-	Network   api.Network       `json:"network"`
+	// SecretsAsFiles: the secrets are files in /run/secrets, not exec env.
+	SecretsAsFiles bool        `json:"secrets_as_files,omitempty"`
+	Network        api.Network `json:"network"`
 	// NetNS is set when the sandbox joined a namespace of the network
 	// backend (every sandbox of a daemon with one); sandboxes of a daemon
 	// without it have their runtime's own, which nothing can change.
@@ -135,7 +137,7 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	}
 	sb := &sandbox{
 		id: id, tenant: p.Tenant, drv: drv, m: m, rec: rec, ready: make(chan struct{}),
-		secrets: req.Secrets, env: sp.Env, red: newRedactor(req.Secrets),
+		secrets: envSecrets(sp, req.Secrets), env: sp.Env, red: newRedactor(req.Secrets),
 		execs: map[string]*execTracker{}, gone: make(chan struct{}),
 	}
 
@@ -183,7 +185,7 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CreateTimeout)
 	defer cancel()
 	start := m.now()
-	err = m.bringUp(cctx, sb, sp, tmpl)
+	err = m.bringUp(cctx, sb, sp, tmpl, req.Secrets)
 	if err != nil {
 		log.Warn("sandbox create failed", "err", err)
 		m.failCreate(cctx, sb, err, idem)
@@ -226,7 +228,8 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 }
 
 // bringUp runs the driver's create and start and waits for the agent.
-func (m *Manager) bringUp(ctx context.Context, sb *sandbox, sp spec, tmpl driver.Template) error {
+// With sp.SecretsAsFiles it then writes secrets into the sandbox as files.
+func (m *Manager) bringUp(ctx context.Context, sb *sandbox, sp spec, tmpl driver.Template, secrets map[string]string) error {
 	dspec := driver.Spec{
 		ID:       sb.id,
 		Template: tmpl,
@@ -234,7 +237,8 @@ func (m *Manager) bringUp(ctx context.Context, sb *sandbox, sp spec, tmpl driver
 			CPU: sp.Resources.CPU, MemoryMB: sp.Resources.MemoryMB, DiskMB: sp.Resources.DiskMB,
 			PIDs: sp.Resources.PIDs, DiskTmpfs: sp.Resources.DiskTmpfs,
 		},
-		Hostname: strings.ReplaceAll(sb.id, "_", "-"),
+		Hostname:     strings.ReplaceAll(sb.id, "_", "-"),
+		SecretsTmpfs: sp.SecretsAsFiles,
 	}
 	// The namespace first: the runtime joins it. failCreate tears it down.
 	nctx, span := startSpan(ctx, "network.setup", sb.id)
@@ -264,6 +268,12 @@ func (m *Manager) bringUp(ctx context.Context, sb *sandbox, sp spec, tmpl driver
 	}
 	actx, span := startSpan(ctx, "agent.ready", sb.id)
 	err = m.agentReady(actx, sb)
+	endSpan(span, err)
+	if err != nil || !sp.SecretsAsFiles {
+		return err
+	}
+	wctx, span := startSpan(ctx, "agent.secret_files", sb.id)
+	err = m.writeSecretFiles(wctx, sb, secrets)
 	endSpan(span, err)
 	return err
 }
@@ -458,8 +468,12 @@ func (m *Manager) validateCreate(req api.CreateSandboxRequest) (spec, driver.Dri
 		return sp, nil, public(errInvalid, "env and secrets exceed %d bytes", s.MaxEnvBytes)
 	}
 	for k := range req.Secrets {
+		if req.SecretsAsFiles && !secretFileRE.MatchString(k) {
+			return sp, nil, public(errInvalid, "secret name %q is not a valid file name (want %s)", truncate(k, 64), secretFileRE)
+		}
 		sp.Secrets = append(sp.Secrets, k)
 	}
+	sp.SecretsAsFiles = req.SecretsAsFiles
 	sort.Strings(sp.Secrets)
 	sp.Env = req.Env
 	// Metadata.

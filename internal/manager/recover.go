@@ -71,7 +71,7 @@ func (m *Manager) recoverOne(ctx context.Context, rec store.Sandbox) {
 	close(ready)
 	sb := &sandbox{
 		id: rec.ID, tenant: rec.Tenant, drv: drv, m: m, rec: rec, ready: ready,
-		secrets: secrets, env: sp.Env, red: newRedactor(secrets),
+		secrets: envSecrets(sp, secrets), env: sp.Env, red: newRedactor(secrets),
 		execs: map[string]*execTracker{}, gone: make(chan struct{}),
 	}
 	switch {

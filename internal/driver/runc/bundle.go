@@ -22,6 +22,8 @@ const (
 	// resolvConfPath is where a joined network namespace's resolver
 	// configuration is mounted.
 	resolvConfPath = "/etc/resolv.conf"
+	// secretsDir is where Spec.SecretsTmpfs mounts its memory file system.
+	secretsDir = "/run/secrets"
 	// sandboxPath is the only environment the agent starts with: the
 	// daemon's own environment (tokens, proxies, paths) never enters.
 	sandboxPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -192,6 +194,14 @@ func buildSpec(p bundleParams) (*specs.Spec, error) {
 		// template's; read-only, so root inside cannot point it elsewhere.
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: resolvConfPath, Type: "bind", Source: p.Spec.ResolvConfPath,
 			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+	}
+	if p.Spec.SecretsTmpfs {
+		// Memory, not the disk image: secret values never reach a disk.
+		// Sticky and world-writable so the manager can write the files as
+		// the sandbox user (who then owns them, mode 0400) through the
+		// agent; nobody else may remove or replace them.
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: secretsDir, Type: "tmpfs", Source: "tmpfs",
+			Options: []string{"nosuid", "nodev", "noexec", "mode=1777", "size=1m", "nr_inodes=1k"}})
 	}
 	sc, err := seccompProfile(s)
 	if err != nil {

@@ -1,6 +1,7 @@
 package runc
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -220,6 +221,33 @@ func TestSpecMounts(t *testing.T) {
 			}
 			if net == nil || net.Path != tc.netns {
 				t.Errorf("network namespace %+v, want path %q", net, tc.netns)
+			}
+		})
+	}
+}
+
+func TestSpecSecretsTmpfs(t *testing.T) {
+	for _, want := range []bool{false, true} {
+		t.Run(fmt.Sprint("secrets_tmpfs_", want), func(t *testing.T) {
+			p := testParams(driver.Resources{}, "")
+			p.Spec.SecretsTmpfs = want
+			s := mustSpec(t, p)
+			var got *specs.Mount
+			for i, m := range s.Mounts {
+				if m.Destination == "/run/secrets" {
+					got = &s.Mounts[i]
+				}
+			}
+			if (got != nil) != want {
+				t.Fatalf("/run/secrets mounted: %v, want %v", got != nil, want)
+			}
+			if got == nil {
+				return
+			}
+			// Memory only (no disk), small, and nothing there runs.
+			wantOpts := []string{"nosuid", "nodev", "noexec", "mode=1777", "size=1m", "nr_inodes=1k"}
+			if got.Type != "tmpfs" || got.Source != "tmpfs" || !slices.Equal(got.Options, wantOpts) {
+				t.Errorf("/run/secrets mount %+v, want tmpfs with %v", *got, wantOpts)
 			}
 		})
 	}

@@ -139,6 +139,16 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (*driver.Handle, 
 	if err := makeRoot(root); err != nil {
 		return nil, err
 	}
+	if spec.SecretsTmpfs {
+		// Stands in for the runc driver's sticky, world-writable tmpfs.
+		dir := filepath.Join(root, "run", "secrets")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
+			return nil, err
+		}
+	}
 	d.created++
 	d.specs[spec.ID] = spec
 	d.sandboxes[spec.ID] = &sbx{id: spec.ID, root: root, state: driver.StateCreated}
