@@ -1,13 +1,10 @@
 package cli
 
 import (
-	"archive/tar"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -147,7 +144,7 @@ func (a *app) runBuild(cmd *cobra.Command, f buildFlags, ctxDir string) error {
 			return usagef("context %s is not a directory", ctxDir)
 		}
 		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(tarDir(pw, ctxDir)) }()
+		go func() { pw.CloseWithError(writeTar(pw, ctxDir, io.Discard)) }() // sockets, devices: nothing a build copies
 		defer pr.Close()
 		uploads.Context = pr
 	}
@@ -196,62 +193,6 @@ func (a *app) follow(cmd *cobra.Command, c *client.Client, id string) error {
 		fmt.Fprintf(a.stdout, "%s@%d\n", b.Name, b.Version)
 	}
 	return nil
-}
-
-// tarDir writes dir as a tar: directories, regular files and symlinks,
-// named relative to dir.
-func tarDir(w io.Writer, dir string) error {
-	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		link := ""
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		case fi.IsDir(), fi.Mode().IsRegular():
-		default:
-			return nil // sockets, devices: nothing a build copies
-		}
-		hdr, err := tar.FileInfoHeader(fi, link)
-		if err != nil {
-			return err
-		}
-		hdr.Name = filepath.ToSlash(rel)
-		if fi.IsDir() {
-			hdr.Name += "/"
-		}
-		// Owners are the builder's business (COPY writes root's files).
-		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if !fi.Mode().IsRegular() {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(tw, f)
-		f.Close()
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("packing the context: %w", err)
-	}
-	return tw.Close()
 }
 
 func (a *app) newTemplateLsCmd() *cobra.Command {
