@@ -361,10 +361,7 @@ func TestBareRunc(t *testing.T) {
 	}
 	testutil.RequiresRoot(t)
 	runc := testutil.RequiresBinary(t, "runc")
-	dataDir := os.Getenv("AIRLOCK_TEST_DATA_DIR")
-	if dataDir == "" {
-		dataDir = "/var/lib/airlock-test"
-	}
+	dataDir := testutil.DataDir()
 	matches, _ := filepath.Glob(filepath.Join(dataDir, "templates", "base", "*", "rootfs"))
 	if len(matches) == 0 {
 		t.Skipf("no base template under %s (the daemon's root tests build it)", dataDir)

@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
+	"github.com/airlockhq/airlock/internal/testutil"
 )
 
 // fullSpec uses every instruction and the overlay cases a layer capture
@@ -478,15 +479,15 @@ func TestShippedTemplates(t *testing.T) {
 	}
 	wantOut := map[string]string{"python": "ok\npip\n", "node": "ok\nnpm\n", "code-interpreter": "ok\npip\n"}
 	build := os.Getenv("AIRLOCK_TEST_BUILD_SHIPPED")
-	shared := template.NewStore(filepath.Join(testDataDir(), "templates"))
+	shared := template.NewStore(filepath.Join(testutil.DataDir(), "templates"))
 	for _, name := range []string{"node", "python", "code-interpreter"} {
 		t.Run(name, func(t *testing.T) {
 			if _, _, ok := shared.Current(name); !ok && !strings.Contains(build, name) {
-				t.Skipf("%s is not built in %s; set AIRLOCK_TEST_BUILD_SHIPPED=%s to build it (minutes, needs the Debian mirror)", name, testDataDir(), name)
+				t.Skipf("%s is not built in %s; set AIRLOCK_TEST_BUILD_SHIPPED=%s to build it (minutes, needs the Debian mirror)", name, testutil.DataDir(), name)
 			}
 			e := newEnv(t, nil)
 			// The shipped template lives in the shared cache, like base.
-			if err := os.Symlink(filepath.Join(testDataDir(), "templates", name), filepath.Join(e.dataDir, "templates", name)); err != nil {
+			if err := os.Symlink(filepath.Join(testutil.DataDir(), "templates", name), filepath.Join(e.dataDir, "templates", name)); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)

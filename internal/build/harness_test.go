@@ -49,14 +49,6 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// testDataDir is the cache shared by test runs (the base template).
-func testDataDir() string {
-	if d := os.Getenv("AIRLOCK_TEST_DATA_DIR"); d != "" {
-		return d
-	}
-	return "/var/lib/airlock-test"
-}
-
 var (
 	agentOnce sync.Once
 	agentBin  string
@@ -116,7 +108,7 @@ func newEnv(t testing.TB, mutate func(*Config)) *env {
 	testutil.RequiresRoot(t)
 	testutil.RequiresBinary(t, "runc")
 	ctx := context.Background()
-	shared := filepath.Join(testDataDir(), "templates")
+	shared := filepath.Join(testutil.DataDir(), "templates")
 	var progress strings.Builder
 	bctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()

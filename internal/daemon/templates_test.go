@@ -30,13 +30,6 @@ import (
 	"github.com/airlockhq/airlock/internal/testutil"
 )
 
-func testDataDir() string {
-	if d := os.Getenv("AIRLOCK_TEST_DATA_DIR"); d != "" {
-		return d
-	}
-	return "/var/lib/airlock-test"
-}
-
 var (
 	binOnce sync.Once
 	binDir  string
@@ -83,7 +76,7 @@ func templateDaemonWith(t *testing.T, opts Options) (admin, tenant *client.Clien
 	testutil.RequiresRoot(t)
 	testutil.RequiresBinary(t, "runc")
 	agent, _ := buildBinaries(t)
-	shared := filepath.Join(testDataDir(), "templates")
+	shared := filepath.Join(testutil.DataDir(), "templates")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	var progress strings.Builder

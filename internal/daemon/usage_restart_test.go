@@ -111,7 +111,7 @@ func TestUsageSurvivesDaemonKill(t *testing.T) {
 	testutil.RequiresRoot(t)
 	testutil.RequiresBinary(t, "runc")
 	agent, bin := buildBinaries(t)
-	shared := filepath.Join(testDataDir(), "templates")
+	shared := filepath.Join(testutil.DataDir(), "templates")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	if _, err := template.NewStore(shared).EnsureBase(ctx, os.Stderr); err != nil {

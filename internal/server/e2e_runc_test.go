@@ -33,14 +33,6 @@ import (
 // The end-to-end tests run the real stack as root: runc driver, storage,
 // the base template and the agent binary, behind the real HTTP server.
 
-// testDataDir is the per-machine cache of the base template.
-func testDataDir() string {
-	if d := os.Getenv("AIRLOCK_TEST_DATA_DIR"); d != "" {
-		return d
-	}
-	return "/var/lib/airlock-test"
-}
-
 var (
 	agentOnce sync.Once
 	agentBin  string
@@ -107,7 +99,7 @@ func newE2E(t testing.TB, opts ...func(*e2e)) *e2e {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	testutil.RequiresBinary(t, "runc")
-	tmpl := template.NewStore(filepath.Join(testDataDir(), "templates"))
+	tmpl := template.NewStore(filepath.Join(testutil.DataDir(), "templates"))
 	if _, err := tmpl.Get("base", 0); err != nil {
 		// Build it once per machine (about half a minute).
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)

@@ -145,14 +145,6 @@ func TestCustomize(t *testing.T) {
 	})
 }
 
-// testDataDir is where the slow base build is cached between test runs.
-func testDataDir() string {
-	if d := os.Getenv("AIRLOCK_TEST_DATA_DIR"); d != "" {
-		return d
-	}
-	return "/var/lib/airlock-test"
-}
-
 // TestBase builds (once per machine; ~30 s) or reuses the real base template
 // and checks what sandboxes rely on.
 func TestBase(t *testing.T) {
@@ -161,7 +153,7 @@ func TestBase(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a Debian rootfs")
 	}
-	dir := filepath.Join(testDataDir(), "templates")
+	dir := filepath.Join(testutil.DataDir(), "templates")
 	var out bytes.Buffer
 	s := NewStore(dir)
 	tmpl, err := s.EnsureBase(context.Background(), &out)

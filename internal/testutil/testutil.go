@@ -35,3 +35,14 @@ func RequiresKVM(tb testing.TB) {
 	}
 	f.Close()
 }
+
+// DataDir is the per-machine cache that root tests share (above all the base
+// template, whose debootstrap build takes a minute): AIRLOCK_TEST_DATA_DIR,
+// default /var/lib/airlock-test. It survives between runs, so CI pays for
+// the build once per machine.
+func DataDir() string {
+	if d := os.Getenv("AIRLOCK_TEST_DATA_DIR"); d != "" {
+		return d
+	}
+	return "/var/lib/airlock-test"
+}

@@ -51,15 +51,6 @@ const (
 // writable layer storage accepts (16 TiB), far beyond any host's disk.
 const maxDiskMB = 1 << 24
 
-// testDataDir is the per-machine cache of the base template, shared with the
-// other root tests (internal/server, internal/daemon).
-func testDataDir() string {
-	if d := os.Getenv("AIRLOCK_TEST_DATA_DIR"); d != "" {
-		return d
-	}
-	return "/var/lib/airlock-test"
-}
-
 var (
 	agentOnce sync.Once
 	agentBin  string
@@ -126,7 +117,7 @@ func startEnv(t *testing.T) *env {
 	}
 	testutil.RequiresRoot(t)
 	testutil.RequiresBinary(t, "runc")
-	cache := filepath.Join(testDataDir(), "templates")
+	cache := filepath.Join(testutil.DataDir(), "templates")
 	tmpl := template.NewStore(cache)
 	if _, err := tmpl.Get("base", 0); err != nil {
 		// Built once per machine (about half a minute).

@@ -42,14 +42,6 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// testDataDir is the cache shared by test runs (the base template).
-func testDataDir() string {
-	if d := os.Getenv("AIRLOCK_TEST_DATA_DIR"); d != "" {
-		return d
-	}
-	return "/var/lib/airlock-test"
-}
-
 var (
 	agentOnce sync.Once
 	agentBin  string
@@ -107,7 +99,7 @@ func baseTemplate(tb testing.TB) driver.Template {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	var progress strings.Builder
-	tmpl, err := template.NewStore(filepath.Join(testDataDir(), "templates")).EnsureBase(ctx, &progress)
+	tmpl, err := template.NewStore(filepath.Join(testutil.DataDir(), "templates")).EnsureBase(ctx, &progress)
 	if err != nil {
 		tb.Fatalf("base template: %v\n%s", err, progress.String())
 	}
