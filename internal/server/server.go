@@ -45,6 +45,12 @@ type Config struct {
 	// cannot be guessed quickly; default DefaultAuthFailureDelay, negative
 	// for none.
 	AuthFailureDelay time.Duration
+	// Code runs code-interpreter cells (POST /v1/sandboxes/{id}/code and
+	// the contexts routes); nil answers them with 501.
+	Code CodeService
+	// E2B serves the E2B-compatible control and sandbox planes on the same
+	// listener (see e2b.go for which requests go to it); nil serves none.
+	E2B http.Handler
 }
 
 // DefaultAuthFailureDelay is long enough to make guessing keys slow (and
@@ -94,7 +100,7 @@ func New(cfg Config) *Server {
 	cfg.Metrics.watchManager(cfg.Manager)
 	cfg.Metrics.watchAudit(cfg.Audit)
 	s.register()
-	s.handler = s.withRequest(s.mux)
+	s.handler = s.withRequest(s.e2bPlane(s.mux))
 	return s
 }
 
@@ -214,6 +220,8 @@ func (s *Server) register() {
 	s.handle("GET /v1/tenants/{tenant}/network", a(s.getTenantNetwork))
 	s.handle("PUT /v1/tenants/{tenant}/network", admin(s.putTenantNetwork))
 	s.handle("DELETE /v1/tenants/{tenant}/network", admin(s.deleteTenantNetwork))
+
+	s.registerCode(a)
 
 	// Everything else: the API's error shape, 405 when only the method is
 	// wrong.
