@@ -85,6 +85,24 @@ type Config struct {
 	// OTLPEndpoint is the OTLP/HTTP collector that receives traces, e.g.
 	// http://127.0.0.1:4318; empty disables tracing.
 	OTLPEndpoint string `json:"otlp_endpoint,omitempty"`
+
+	// GVisorPlatform is runsc's --platform for the gvisor runtime: ptrace
+	// (works everywhere), systrap or kvm where the host supports them.
+	GVisorPlatform string `json:"gvisor_platform"`
+
+	// PreviewListen is the listen address of preview URLs (a sandbox's
+	// port served through airlock), an origin apart from the API; empty
+	// disables previews.
+	PreviewListen string `json:"preview_listen,omitempty"`
+	// PreviewDomain is the host name under which previews are addressed as
+	// <port>-<sandbox id>.<domain>; default "localhost".
+	PreviewDomain string `json:"preview_domain,omitempty"`
+	// PackageCacheMB bounds the pull-through package cache under
+	// <data_dir>/pkgcache; 0 disables the cache.
+	PackageCacheMB int64 `json:"package_cache_mb"`
+	// MaxDownloadMB is each sandbox's cap on bytes fetched from package
+	// registries and allowed hosts; 0 means no cap.
+	MaxDownloadMB int64 `json:"max_download_mb"`
 }
 
 // Prices is the price table of usage metering, in one currency of the
@@ -125,6 +143,11 @@ func Default() Config {
 		RecordRetentionS:      7 * 24 * 3600,
 		ShutdownTimeoutS:      30,
 		SampleIntervalS:       5,
+		GVisorPlatform:        "ptrace",
+		PreviewListen:         "127.0.0.1:7071",
+		PreviewDomain:         "localhost",
+		PackageCacheMB:        10240,
+		MaxDownloadMB:         4096,
 	}
 }
 
@@ -162,7 +185,8 @@ var EnvVars = []string{
 	"AIRLOCK_DEFAULT_TIMEOUT_S", "AIRLOCK_MAX_TIMEOUT_S", "AIRLOCK_MAX_SANDBOXES",
 	"AIRLOCK_MAX_SANDBOXES_PER_TENANT", "AIRLOCK_MAX_UPLOAD_BYTES", "AIRLOCK_MAX_EXEC_TIMEOUT_S",
 	"AIRLOCK_MAX_EXEC_OUTPUT_BYTES", "AIRLOCK_RECORD_RETENTION_S", "AIRLOCK_SHUTDOWN_TIMEOUT_S",
-	"AIRLOCK_SAMPLE_INTERVAL_S", "AIRLOCK_OTLP_ENDPOINT",
+	"AIRLOCK_SAMPLE_INTERVAL_S", "AIRLOCK_OTLP_ENDPOINT", "AIRLOCK_GVISOR_PLATFORM",
+	"AIRLOCK_PREVIEW_LISTEN", "AIRLOCK_PREVIEW_DOMAIN", "AIRLOCK_PACKAGE_CACHE_MB", "AIRLOCK_MAX_DOWNLOAD_MB",
 }
 
 func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
@@ -220,6 +244,13 @@ func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
 	i64("AIRLOCK_SHUTDOWN_TIMEOUT_S", &c.ShutdownTimeoutS)
 	i64("AIRLOCK_SAMPLE_INTERVAL_S", &c.SampleIntervalS)
 	str("AIRLOCK_OTLP_ENDPOINT", &c.OTLPEndpoint)
+	str("AIRLOCK_GVISOR_PLATFORM", &c.GVisorPlatform)
+	if v, ok := lookup("AIRLOCK_PREVIEW_LISTEN"); ok {
+		c.PreviewListen = v // empty disables previews
+	}
+	str("AIRLOCK_PREVIEW_DOMAIN", &c.PreviewDomain)
+	i64("AIRLOCK_PACKAGE_CACHE_MB", &c.PackageCacheMB)
+	i64("AIRLOCK_MAX_DOWNLOAD_MB", &c.MaxDownloadMB)
 	return firstErr
 }
 
@@ -245,6 +276,13 @@ func (c Config) Validate() error {
 		return bad("max_env_bytes and max_metadata_bytes must be positive")
 	case c.SampleIntervalS <= 0:
 		return bad("sample_interval_s must be positive")
+	case c.PackageCacheMB < 0 || c.MaxDownloadMB < 0:
+		return bad("package_cache_mb and max_download_mb must not be negative")
+	}
+	switch c.GVisorPlatform {
+	case "ptrace", "systrap", "kvm":
+	default:
+		return bad("gvisor_platform %q is not ptrace, systrap or kvm", c.GVisorPlatform)
 	}
 	if p := c.Prices; p.VCPUSecond < 0 || p.GiBSecond < 0 || p.DiskGiBHour < 0 || p.EgressGiB < 0 || p.SandboxSecond < 0 {
 		return bad("prices must not be negative")

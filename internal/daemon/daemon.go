@@ -38,7 +38,6 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/build"
 	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/driver/runc"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
@@ -260,14 +259,8 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 		log.Info("base template ready", "version", t.Version)
 	}
 
-	var drivers []driver.Driver
-	rd, err := runc.New(runc.Config{DataDir: cfg.DataDir, AgentPath: agentPath, Logger: log, MaxSandboxes: max(cfg.MaxSandboxes, 1024)})
-	if err != nil {
-		log.Warn("runc driver unavailable", "err", err)
-	} else {
-		defer rd.Close()
-		drivers = append(drivers, rd)
-	}
+	drivers, rd, closeDrivers := newDrivers(cfg, agentPath, log)
+	defer closeDrivers()
 
 	var buildNet build.NetworkFunc
 	if nm != nil && rd != nil {

@@ -222,6 +222,7 @@ func (s *Server) register() {
 	s.handle("DELETE /v1/tenants/{tenant}/network", admin(s.deleteTenantNetwork))
 
 	s.registerCode(a)
+	s.registerTenancy(a, admin)
 
 	// Everything else: the API's error shape, 405 when only the method is
 	// wrong.
