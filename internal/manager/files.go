@@ -243,6 +243,9 @@ func (m *Manager) ReadFile(ctx context.Context, p auth.Principal, id, pth, user 
 		fi = fileInfo(afi)
 		return err
 	})
+	if rc != nil {
+		rc = newRedactingReader(sb.red, rc)
+	}
 	return rc, fi, err
 }
 

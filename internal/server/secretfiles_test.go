@@ -31,13 +31,28 @@ func TestSecretsAsFiles(t *testing.T) {
 			if st.Mode() != 0o400 {
 				t.Errorf("secret file mode %v, want -r--------", st.Mode())
 			}
-			// Read as the sandbox user, through the files API.
+			// Read as the sandbox user, through the files API: the value is
+			// masked like exec output, so it cannot leave that way either.
 			r := h.req("GET", "/v1/sandboxes/"+sb.ID+"/files?path=/run/secrets/"+name, h.key("acme"), nil)
-			if r.StatusCode != http.StatusOK || string(r.body) != want {
-				t.Errorf("download %d %q, want %q", r.StatusCode, r.body, want)
+			if masked := strings.Repeat("*", len(want)); r.StatusCode != http.StatusOK || string(r.body) != masked {
+				t.Errorf("download %d %q, want %q", r.StatusCode, r.body, masked)
 			}
 		})
 	}
+	t.Run("copied_file_and_tar", func(t *testing.T) {
+		// A file with a secret in it, and the directory
+		// as a tar, come out masked too.
+		r := h.req("PUT", "/v1/sandboxes/"+sb.ID+"/files?path=/home/user/out/copy", h.key("acme"), []byte(secrets["API_TOKEN"]))
+		h.expect(r, http.StatusCreated, "")
+		r = h.req("GET", "/v1/sandboxes/"+sb.ID+"/files?path=/home/user/out/copy", h.key("acme"), nil)
+		if r.StatusCode != http.StatusOK || strings.Contains(string(r.body), secrets["API_TOKEN"]) || len(r.body) != len(secrets["API_TOKEN"]) {
+			t.Errorf("copy download %d %q: want the value masked, length kept", r.StatusCode, r.body)
+		}
+		r = h.req("GET", "/v1/sandboxes/"+sb.ID+"/files?path=/home/user/out", h.key("acme"), nil)
+		if r.StatusCode != http.StatusOK || strings.Contains(string(r.body), secrets["API_TOKEN"]) || !strings.Contains(string(r.body), "copy") {
+			t.Errorf("tar download %d: want the entry with the value masked", r.StatusCode)
+		}
+	})
 	res := h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`printf '%s|%s' "$API_TOKEN" "$db_pass"`)})
 	if strp(res.Stdout) != "|" {
 		t.Errorf("env carries the secrets: %q", strp(res.Stdout))
@@ -82,5 +97,9 @@ func TestE2ERuncSecretsAsFiles(t *testing.T) {
 	res = e.h.exec("acme", sb.ID, api.ExecRequest{Shell: &leak})
 	if res.Stdout == nil || strings.Contains(*res.Stdout, value) {
 		t.Errorf("the secret's value reached exec output: %+v", res)
+	}
+	r := e.h.req("GET", "/v1/sandboxes/"+sb.ID+"/files?path=/run/secrets/API_TOKEN", e.h.key("acme"), nil)
+	if r.StatusCode != http.StatusOK || string(r.body) != strings.Repeat("*", len(value)) {
+		t.Errorf("download of the secret file: %d %q, want it masked", r.StatusCode, r.body)
 	}
 }
