@@ -3,6 +3,7 @@ package server_test
 import (
 	"net/http"
 	"os/exec"
+	"slices"
 	"testing"
 	"time"
 
@@ -70,6 +71,65 @@ func BenchmarkExecEchoRuncMetered(b *testing.B) {
 	e := newE2E(b, e2eSampleEvery(time.Second))
 	sb := e.h.create("acme", api.CreateSandboxRequest{})
 	benchExec(b, e.h, sb.ID)
+}
+
+// BenchmarkExecMeteringOverhead is issue #7's measure of what metering and
+// audit cost an exec: two daemons' worth of server, manager and runc
+// driver in one process, one with the Prometheus observer, the audit trail
+// and sampling every second (five times the default rate), one with none of
+// them, and `echo hi` sent to each in turn so that both see the same host
+// load. It reports the p50 of each and their ratio (metered/unmetered;
+// the target is at most 1.05). make bench runs it and writes the row.
+func BenchmarkExecMeteringOverhead(b *testing.B) {
+	un := newE2E(b, e2eUnmetered)
+	me := newE2E(b, e2eSampleEvery(time.Second))
+	sbUn := un.h.create("acme", api.CreateSandboxRequest{})
+	sbMe := me.h.create("acme", api.CreateSandboxRequest{})
+	req := api.ExecRequest{Cmd: []string{"echo", "hi"}}
+	one := func(h *harness, id string) time.Duration {
+		start := time.Now()
+		r := h.req("POST", "/v1/sandboxes/"+id+"/exec", h.key("acme"), req)
+		d := time.Since(start)
+		if r.StatusCode != http.StatusOK {
+			b.Fatalf("status %d: %s", r.StatusCode, r.body)
+		}
+		return d
+	}
+	// Warm both paths (first exec, connection pools) before sampling.
+	for range 20 {
+		one(un.h, sbUn.ID)
+		one(me.h, sbMe.ID)
+	}
+	var dUn, dMe []time.Duration
+	i := 0
+	b.ResetTimer()
+	for b.Loop() {
+		// Alternate which goes first, so neither always follows the other.
+		if i%2 == 0 {
+			dUn = append(dUn, one(un.h, sbUn.ID))
+			dMe = append(dMe, one(me.h, sbMe.ID))
+		} else {
+			dMe = append(dMe, one(me.h, sbMe.ID))
+			dUn = append(dUn, one(un.h, sbUn.ID))
+		}
+		i++
+	}
+	b.StopTimer()
+	pUn, pMe := median(dUn), median(dMe)
+	b.ReportMetric(float64(pUn.Microseconds()), "unmetered-p50-µs")
+	b.ReportMetric(float64(pMe.Microseconds()), "metered-p50-µs")
+	if pUn > 0 {
+		b.ReportMetric(float64(pMe)/float64(pUn), "metered/unmetered")
+	}
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // BenchmarkExecEchoRunc: the same through a real runc sandbox (root only).
