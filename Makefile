@@ -9,7 +9,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X github.com/airlockhq/airlock/internal/version.Version=$(VERSION)
 # Host packages the daemon and the test suite need (Debian names).
-DEB_PACKAGES := runc debootstrap e2fsprogs iproute2 nftables util-linux ca-certificates
+DEB_PACKAGES := runc runsc debootstrap e2fsprogs iproute2 nftables util-linux ca-certificates
 
 export AIRLOCK_TEST_DATA_DIR := $(TEST_DATA)
 
@@ -24,6 +24,11 @@ deps:
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@# Node.js runs the E2B SDK compatibility tests; the machine's own (any
+	@# source) is used when present, else Debian's.
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+		echo "installing: nodejs npm"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
 
 ## build: bin/airlock (daemon + CLI) and bin/airlock-agent (static, runs inside sandboxes).
 build:
