@@ -8,11 +8,9 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -41,42 +39,11 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		if agentDir != "" {
-			os.RemoveAll(agentDir)
-		}
-		os.Exit(code)
-	}))
+	goleak.VerifyTestMain(m)
 }
 
-var (
-	agentOnce sync.Once
-	agentBin  string
-	agentErr  error
-	agentDir  string
-)
-
-// buildAgent builds cmd/airlock-agent, static, once per test binary.
-func buildAgent(tb testing.TB) string {
-	tb.Helper()
-	agentOnce.Do(func() {
-		agentDir, agentErr = os.MkdirTemp("", "airlock-agent-build-")
-		if agentErr != nil {
-			return
-		}
-		agentBin = filepath.Join(agentDir, "airlock-agent")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBin, "./cmd/airlock-agent")
-		cmd.Dir = filepath.Join("..", "..")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = fmt.Errorf("building airlock-agent: %v\n%s", err, out)
-		}
-	})
-	if agentErr != nil {
-		tb.Fatal(agentErr)
-	}
-	return agentBin
-}
+// buildAgent is the static airlock-agent the build sandboxes run.
+func buildAgent(tb testing.TB) string { return testutil.BuildAgent(tb) }
 
 // countingDriver counts the sandboxes a builder creates.
 type countingDriver struct {

@@ -2,14 +2,11 @@ package server_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -33,36 +30,8 @@ import (
 // The end-to-end tests run the real stack as root: runc driver, storage,
 // the base template and the agent binary, behind the real HTTP server.
 
-var (
-	agentOnce sync.Once
-	agentBin  string
-	agentErr  error
-	agentDir  string // removed by TestMain
-)
-
-// buildAgent builds a static airlock-agent once per test binary.
-func buildAgent(t testing.TB) string {
-	t.Helper()
-	agentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "airlock-server-agent-")
-		if err != nil {
-			agentErr = err
-			return
-		}
-		agentDir = dir
-		agentBin = filepath.Join(dir, "airlock-agent")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBin, "./cmd/airlock-agent")
-		cmd.Dir = filepath.Join("..", "..")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = fmt.Errorf("building airlock-agent: %v\n%s", err, out)
-		}
-	})
-	if agentErr != nil {
-		t.Fatal(agentErr)
-	}
-	return agentBin
-}
+// buildAgent is the static airlock-agent the e2e sandboxes run.
+func buildAgent(t testing.TB) string { return testutil.BuildAgent(t) }
 
 // e2e is the real stack on a temp data dir.
 type e2e struct {

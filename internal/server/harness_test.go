@@ -30,12 +30,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		if agentDir != "" {
-			os.RemoveAll(agentDir) // the e2e tests' agent build
-		}
-		os.Exit(code)
-	}))
+	goleak.VerifyTestMain(m)
 }
 
 // clock is real time plus an offset the test advances (TTL tests).
