@@ -28,6 +28,10 @@ const (
 	CodeNotImplemented     = "not_implemented"     // 501
 	CodeUnavailable        = "unavailable"         // 503
 	CodeMethodNotAllowed   = "method_not_allowed"  // 405
+	// CodeAgentUnavailable: 503, the sandbox runs but its agent does not
+	// answer (an exec could not start); the sandbox may recover or end in
+	// state error with this code.
+	CodeAgentUnavailable = "agent_unavailable"
 )
 
 // ErrorBody is the body of every non-2xx response.
@@ -72,6 +76,9 @@ type Network struct {
 	Registries []string `json:"registries,omitempty"`
 	// Offline makes every registry host fail at once (NXDOMAIN), in any mode.
 	Offline bool `json:"offline,omitempty"`
+	// MaxDownloadMB lowers the server's per-sandbox cap on bytes fetched
+	// through the registry mirror and the egress proxy (it cannot raise it).
+	MaxDownloadMB int64 `json:"max_download_mb,omitempty"`
 }
 
 // VolumeMount attaches a persistent volume to a sandbox path.
@@ -299,6 +306,11 @@ type CreateKeyRequest struct {
 	Tenant string `json:"tenant"`
 	Name   string `json:"name"`
 	Admin  bool   `json:"admin,omitempty"`
+	// RateLimitRPS and RateLimitBurst give the key its own request rate
+	// limit instead of the server's default (0 RPS: no limit). A burst
+	// without a rate keeps the default rate.
+	RateLimitRPS   *float64 `json:"rate_limit_rps,omitempty"`
+	RateLimitBurst *int     `json:"rate_limit_burst,omitempty"`
 }
 
 // Key is an API key's record. Key (the secret) is set only in the response
@@ -312,6 +324,10 @@ type Key struct {
 	Prefix    string     `json:"prefix,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	// RateLimitRPS and RateLimitBurst are the key's own rate limit, absent
+	// when it has the server's default.
+	RateLimitRPS   *float64 `json:"rate_limit_rps,omitempty"`
+	RateLimitBurst *int     `json:"rate_limit_burst,omitempty"`
 }
 
 // KeyList is the body of GET /v1/keys.

@@ -53,6 +53,7 @@ var codeClass = map[string]error{
 	api.CodeRateLimited:        ErrRateLimited,
 	api.CodeCapacityExhausted:  ErrCapacityExhausted,
 	api.CodeRuntimeUnavailable: ErrRuntimeUnavailable,
+	api.CodeAgentUnavailable:   ErrUnavailable, // the sandbox runs but its agent does not answer
 	api.CodeInternal:           ErrInternal,
 	"not_implemented":          ErrNotImplemented,
 	"unavailable":              ErrUnavailable,

@@ -99,14 +99,19 @@ func TestSpecStructure(t *testing.T) {
 		// Issue #4: templates.
 		"POST /v1/templates", "GET /v1/templates", "GET /v1/templates/builds/{id}",
 		"GET /v1/templates/{name}", "DELETE /v1/templates/{name}",
+		// Issue #8: the code interpreter.
+		"POST /v1/sandboxes/{id}/code", "POST /v1/sandboxes/{id}/contexts", "GET /v1/sandboxes/{id}/contexts",
+		"DELETE /v1/sandboxes/{id}/contexts/{cid}", "POST /v1/sandboxes/{id}/contexts/{cid}/restart",
+		// Issues #5 and #6: quotas and previews.
+		"GET /v1/tenants/{tenant}/quotas", "PUT /v1/tenants/{tenant}/quotas", "DELETE /v1/tenants/{tenant}/quotas",
+		"POST /v1/sandboxes/{id}/previews", "GET /v1/sandboxes/{id}/previews", "DELETE /v1/sandboxes/{id}/previews/{port}",
 	} {
 		if !implemented[r] {
 			t.Errorf("%s is not in the spec as implemented", r)
 		}
 	}
 	// Later issues stay planned until they land.
-	for _, p := range []string{"/v1/sandboxes/{id}/snapshots", "/v1/sandboxes/{id}/code", "/v1/sandboxes/{id}/contexts",
-		"/v1/volumes"} {
+	for _, p := range []string{"/v1/sandboxes/{id}/snapshots", "/v1/volumes"} {
 		if item, ok := paths[p].(map[string]any); !ok || item["x-airlock-status"] != "planned" {
 			t.Errorf("%s should be in the spec as planned", p)
 		}
@@ -198,9 +203,11 @@ func TestSpecSchemasMatchTypes(t *testing.T) {
 		api.SignalRequest{}, api.PTYResize{}, api.FileWritten{}, api.FileInfo{}, api.FileList{},
 		api.MkdirRequest{}, api.MoveRequest{}, api.CreateKeyRequest{}, api.Key{}, api.KeyList{},
 		api.Info{}, api.DriverInfo{}, api.Limits{},
+		api.Quota{}, api.QuotaOverride{}, api.QuotaUsage{}, api.TenantQuotas{},
 		api.TemplateBuildRequest{}, api.TemplateBuildStarted{}, api.TemplateBuild{}, api.TemplateLogEvent{},
 		api.Template{}, api.TemplateList{},
 		api.AuditEvent{}, api.AuditList{}, api.TenantNetwork{},
+		api.CodeRequest{}, api.CodeEvent{}, api.CodeContextRequest{}, api.CodeContext{}, api.CodeContextList{}, api.CodeAuditDetail{},
 	}
 	// Sandbox.Error's type: found by reflection so the test does not depend
 	// on its Go name.
@@ -242,7 +249,7 @@ func TestSpecSchemasMatchTypes(t *testing.T) {
 		codes := []string{api.CodeInvalidArgument, api.CodeUnauthenticated, api.CodePermissionDenied,
 			api.CodeSandboxNotFound, api.CodeExecNotFound, api.CodeTemplateNotFound, api.CodeNotFound,
 			api.CodeConflict, api.CodeInvalidState, api.CodePayloadTooLarge, api.CodeQuotaExceeded,
-			api.CodeRateLimited, api.CodeCapacityExhausted, api.CodeRuntimeUnavailable, api.CodeInternal}
+			api.CodeRateLimited, api.CodeCapacityExhausted, api.CodeRuntimeUnavailable, api.CodeAgentUnavailable, api.CodeInternal}
 		var enum []string
 		for _, e := range getMap(t, schemas, "ErrorCode")["enum"].([]any) {
 			enum = append(enum, e.(string))

@@ -39,12 +39,15 @@ const (
 	TypeExpiry         = api.AuditExpiry      // a sandbox reached its timeout and was stopped
 	TypeAuthFailure    = api.AuditAuthFailure // a request with a missing or invalid api key
 	TypeError          = api.AuditError       // a sandbox crashed or failed to start
+	TypePreview        = api.AuditPreview     // a preview port exposed, closed or opened (api.PreviewAuditDetail)
+	TypeCode           = api.AuditCode        // a code-interpreter cell ran (api.CodeAuditDetail)
 )
 
 // Types lists every event type, for validation and docs.
 var Types = []string{
 	TypeCreate, TypeExec, TypeFileWrite, TypePackageInstall, TypeEgress, TypeNetworkUpdate,
 	TypePause, TypeResume, TypeSnapshot, TypeDelete, TypeExpiry, TypeAuthFailure, TypeError,
+	TypePreview, TypeCode,
 }
 
 // Event is one audit record.

@@ -4,6 +4,9 @@
 // sha256 is stored; the secret is shown once, when the key is created. A
 // request presents it as `Authorization: Bearer <key>` or `X-API-Key: <key>`.
 // There is no cache, so a revocation is effective on the next request.
+//
+// Every authenticated request also takes a token from its key's bucket
+// (ratelimit.go): the key's own rate limit, or the server's default.
 package auth
 
 import (
@@ -14,12 +17,15 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/quota"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -46,6 +52,8 @@ type Principal struct {
 	Tenant string
 	// Admin may act on every tenant and manage keys.
 	Admin bool
+	// RateLimit is the key's request rate limit (its own or the default).
+	RateLimit RateLimit
 }
 
 // CanSee reports whether p may act on a resource of tenant.
@@ -103,11 +111,31 @@ func ValidTenant(name string) bool { return tenantRE.MatchString(name) }
 type Authenticator struct {
 	store *store.Store
 	now   func() time.Time
+
+	// limits is the default rate limit (a RateLimit), swapped whole.
+	limits  atomic.Pointer[RateLimit]
+	buckets *quota.Buckets
 }
 
+// Option configures an Authenticator.
+type Option func(*Authenticator)
+
+// WithClock makes the Authenticator read time from now (tests).
+func WithClock(now func() time.Time) Option { return func(a *Authenticator) { a.now = now } }
+
+// WithRateLimit sets the default request rate limit of keys that have no
+// limit of their own; without it there is none.
+func WithRateLimit(l RateLimit) Option { return func(a *Authenticator) { a.SetDefaultRateLimit(l) } }
+
 // New returns an Authenticator backed by st.
-func New(st *store.Store) *Authenticator {
-	return &Authenticator{store: st, now: time.Now}
+func New(st *store.Store, opts ...Option) *Authenticator {
+	a := &Authenticator{store: st, now: time.Now}
+	a.limits.Store(&RateLimit{})
+	for _, o := range opts {
+		o(a)
+	}
+	a.buckets = quota.NewBuckets(func() time.Time { return a.now() })
+	return a
 }
 
 // ErrNoKey is returned when a request carries no key at all.
@@ -130,7 +158,9 @@ func KeyFromRequest(r *http.Request) string {
 	return strings.TrimSpace(r.Header.Get("X-API-Key"))
 }
 
-// Authenticate returns the principal of the key r presents.
+// Authenticate returns the principal of the key r presents, and takes a
+// token from that key's rate limit: a key over its limit gets a
+// *RateLimitError (class errdefs.ErrRateLimited), not its principal.
 func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (Principal, error) {
 	secret := KeyFromRequest(r)
 	if secret == "" {
@@ -139,7 +169,14 @@ func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (Prin
 		}
 		return Principal{}, ErrNoKey
 	}
-	return a.Check(ctx, secret)
+	p, err := a.Check(ctx, secret)
+	if err != nil {
+		return Principal{}, err
+	}
+	if err := a.take(p); err != nil {
+		return Principal{}, err
+	}
+	return p, nil
 }
 
 // Check returns the principal of key secret.
@@ -160,7 +197,7 @@ func (a *Authenticator) Check(ctx context.Context, secret string) (Principal, er
 	if subtle.ConstantTimeCompare(k.Hash, h) != 1 || k.RevokedAt != nil {
 		return Principal{}, ErrBadKey
 	}
-	return Principal{KeyID: k.ID, Tenant: k.Tenant, Admin: k.Admin}, nil
+	return Principal{KeyID: k.ID, Tenant: k.Tenant, Admin: k.Admin, RateLimit: a.limitOf(k)}, nil
 }
 
 // Created is a newly created key with its secret, shown once.
@@ -169,8 +206,34 @@ type Created struct {
 	Secret string
 }
 
+// KeyOption sets an optional property of a key at its creation.
+type KeyOption func(*store.Key) error
+
+// KeyRateLimit gives the key its own rate limit: rps requests per second
+// (0: no limit) with a burst of burst. Either may be nil to keep the
+// server's default for it.
+func KeyRateLimit(rps *float64, burst *int) KeyOption {
+	return func(k *store.Key) error {
+		if rps != nil {
+			if math.IsNaN(*rps) || *rps < 0 || *rps > maxRateLimitRPS {
+				return errdefs.Wrap(errdefs.ErrInvalidArgument, "rate_limit_rps must be between 0 (no limit) and %d", maxRateLimitRPS)
+			}
+			v := *rps
+			k.RateLimitRPS = &v
+		}
+		if burst != nil {
+			if *burst < 1 || *burst > maxRateLimitBurst {
+				return errdefs.Wrap(errdefs.ErrInvalidArgument, "rate_limit_burst must be between 1 and %d", maxRateLimitBurst)
+			}
+			v := *burst
+			k.RateLimitBurst = &v
+		}
+		return nil
+	}
+}
+
 // CreateKey issues a key for tenant.
-func (a *Authenticator) CreateKey(ctx context.Context, tenant, name string, admin bool) (Created, error) {
+func (a *Authenticator) CreateKey(ctx context.Context, tenant, name string, admin bool, opts ...KeyOption) (Created, error) {
 	if !ValidTenant(tenant) {
 		return Created{}, errdefs.Wrap(errdefs.ErrInvalidArgument, "tenant must match %s", tenantRE)
 	}
@@ -181,6 +244,11 @@ func (a *Authenticator) CreateKey(ctx context.Context, tenant, name string, admi
 	k := store.Key{
 		ID: RandomID("key_", 15), Tenant: tenant, Name: name, Prefix: prefix,
 		Hash: Hash(secret), Admin: admin, CreatedAt: a.now().UTC(),
+	}
+	for _, o := range opts {
+		if err := o(&k); err != nil {
+			return Created{}, err
+		}
 	}
 	if err := a.store.CreateKey(ctx, k); err != nil {
 		return Created{}, err

@@ -47,6 +47,9 @@ type Config struct {
 	RuncPath string
 	// WorkDir holds the baselines' scratch files ("" = os.TempDir()).
 	WorkDir string
+	// CodeRuns is how many `1+1` cells are timed in a warm code
+	// interpreter context (50 by default; negative skips it).
+	CodeRuns int
 	// Progress receives one line per phase ("" = io.Discard).
 	Progress io.Writer
 }
@@ -65,6 +68,9 @@ func (c *Config) defaults() {
 	}
 	if c.FileBytes <= 0 {
 		c.FileBytes = 100 << 20
+	}
+	if c.CodeRuns == 0 {
+		c.CodeRuns = 50
 	}
 	if c.IdleSandboxes == 0 {
 		c.IdleSandboxes = 10
@@ -107,7 +113,9 @@ type Report struct {
 	Layered, LayeredBase Samples
 	LayeredLayers        int
 	// Idle is the memory of idle sandboxes, nil when not measured.
-	Idle  *IdleMemory
+	Idle *IdleMemory
+	// Code is a trivial cell (`1+1`) in a warm code-interpreter context.
+	Code  Samples
 	Notes []string
 }
 
@@ -258,6 +266,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			r.Idle = nil
 			r.Notes = append(r.Notes, "idle memory not measured: "+err.Error())
+		}
+	}
+
+	if cfg.CodeRuns > 0 {
+		fmt.Fprintf(cfg.Progress, "code interpreter: %d cells of 1+1 (builds the code-interpreter template on first use)\n", cfg.CodeRuns)
+		if r.Code, err = MeasureCode(ctx, c, "", cfg.CodeRuns); err != nil {
+			r.Code = nil
+			r.Notes = append(r.Notes, "code cell not measured: "+err.Error())
 		}
 	}
 	return r, nil
@@ -422,6 +438,9 @@ func (r *Report) Rows() []Row {
 		row.OK = judge(m.RSSBytes <= idleTargetBytes)
 	}
 	rows = append(rows, row)
+	if len(r.Code) > 0 {
+		rows = append(rows, CodeRow(r.Code))
+	}
 	return rows
 }
 

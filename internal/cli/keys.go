@@ -22,14 +22,26 @@ func (a *app) newKeysCmd() *cobra.Command {
 }
 
 func (a *app) newKeysCreateCmd() *cobra.Command {
-	var req api.CreateKeyRequest
+	var (
+		req   api.CreateKeyRequest
+		rps   float64
+		burst int
+	)
 	cmd := &cobra.Command{
-		Use:   "create --tenant TENANT [--name NAME] [--admin]",
+		Use:   "create --tenant TENANT [--name NAME] [--admin] [--rate-limit-rps N --rate-limit-burst N]",
 		Short: "Create an API key and print its secret (shown this once)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if req.Tenant == "" {
 				return usagef("--tenant is required")
+			}
+			// Only flags given set the key's own limit; otherwise the
+			// server's default applies.
+			if cmd.Flags().Changed("rate-limit-rps") {
+				req.RateLimitRPS = &rps
+			}
+			if cmd.Flags().Changed("rate-limit-burst") {
+				req.RateLimitBurst = &burst
 			}
 			c, err := a.client()
 			if err != nil {
@@ -52,6 +64,8 @@ func (a *app) newKeysCreateCmd() *cobra.Command {
 	cmd.Flags().StringVar(&req.Tenant, "tenant", "", "tenant the key acts for")
 	cmd.Flags().StringVar(&req.Name, "name", "", "a label for the key")
 	cmd.Flags().BoolVar(&req.Admin, "admin", false, "an admin key (acts on every tenant)")
+	cmd.Flags().Float64Var(&rps, "rate-limit-rps", 0, "the key's own requests per second (0: no limit; default: the server's)")
+	cmd.Flags().IntVar(&burst, "rate-limit-burst", 0, "the key's own burst (default: the server's)")
 	return cmd
 }
 

@@ -53,6 +53,16 @@ type Config struct {
 	MaxSandboxes int `json:"max_sandboxes"`
 	// MaxSandboxesPerTenant is each tenant's quota of live sandboxes.
 	MaxSandboxesPerTenant int `json:"max_sandboxes_per_tenant"`
+	// TenantQuota is every tenant's default quota on the resources of its
+	// live sandboxes and its exec rate (its sandbox count is
+	// MaxSandboxesPerTenant); an admin overrides it per tenant with PUT
+	// /v1/tenants/{tenant}/quotas.
+	TenantQuota TenantQuota `json:"tenant_quota"`
+	// KeyRateLimitRPS is each API key's default request rate (a token
+	// bucket of KeyRateLimitBurst requests refilled at this rate per
+	// second); 0 means no limit. A key may carry its own.
+	KeyRateLimitRPS   float64 `json:"key_rate_limit_rps"`
+	KeyRateLimitBurst int     `json:"key_rate_limit_burst"`
 	// DefaultResources fill zero fields of a request; MaxResources bound it.
 	DefaultResources Resources `json:"default_resources"`
 	MaxResources     Resources `json:"max_resources"`
@@ -105,6 +115,22 @@ type Config struct {
 	MaxDownloadMB int64 `json:"max_download_mb"`
 }
 
+// TenantQuota is a tenant's quota besides its sandbox count. 0 means no
+// limit on that dimension.
+type TenantQuota struct {
+	// CPU bounds the summed vCPUs of the tenant's live sandboxes.
+	CPU float64 `json:"cpu"`
+	// MemoryMB and DiskMB bound their summed memory and disk limits.
+	MemoryMB int64 `json:"memory_mb"`
+	DiskMB   int64 `json:"disk_mb"`
+	// ExecsPerMinute bounds the execs the tenant starts in any 60 seconds.
+	ExecsPerMinute int64 `json:"execs_per_minute"`
+}
+
+// MaxExecsPerMinute bounds an exec rate quota: the manager keeps one time
+// stamp per exec of the last minute, so the bound is also its memory.
+const MaxExecsPerMinute = 100000
+
 // Prices is the price table of usage metering, in one currency of the
 // operator's choosing.
 type Prices struct {
@@ -148,6 +174,13 @@ func Default() Config {
 		PreviewDomain:         "localhost",
 		PackageCacheMB:        10240,
 		MaxDownloadMB:         4096,
+		// The default quota lets a tenant fill its sandbox count with
+		// default-sized sandboxes (50 × 1 cpu, 512 MiB, 1 GiB) and binds
+		// first for large ones; the exec rate stops runaway loops, not
+		// agents (an exec takes milliseconds, 100 a second is a flood).
+		TenantQuota:       TenantQuota{CPU: 64, MemoryMB: 64 << 10, DiskMB: 256 << 10, ExecsPerMinute: 6000},
+		KeyRateLimitRPS:   1000,
+		KeyRateLimitBurst: 2000,
 	}
 }
 
@@ -187,6 +220,8 @@ var EnvVars = []string{
 	"AIRLOCK_MAX_EXEC_OUTPUT_BYTES", "AIRLOCK_RECORD_RETENTION_S", "AIRLOCK_SHUTDOWN_TIMEOUT_S",
 	"AIRLOCK_SAMPLE_INTERVAL_S", "AIRLOCK_OTLP_ENDPOINT", "AIRLOCK_GVISOR_PLATFORM",
 	"AIRLOCK_PREVIEW_LISTEN", "AIRLOCK_PREVIEW_DOMAIN", "AIRLOCK_PACKAGE_CACHE_MB", "AIRLOCK_MAX_DOWNLOAD_MB",
+	"AIRLOCK_TENANT_QUOTA_CPU", "AIRLOCK_TENANT_QUOTA_MEMORY_MB", "AIRLOCK_TENANT_QUOTA_DISK_MB",
+	"AIRLOCK_TENANT_QUOTA_EXECS_PER_MINUTE", "AIRLOCK_KEY_RATE_LIMIT_RPS", "AIRLOCK_KEY_RATE_LIMIT_BURST",
 }
 
 func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
@@ -215,6 +250,16 @@ func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
 		var n int64 = int64(*dst)
 		i64(name, &n)
 		*dst = int(n)
+	}
+	float := func(name string, dst *float64) {
+		if v, ok := lookup(name); ok && v != "" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				fail(name, v, err)
+				return
+			}
+			*dst = f
+		}
 	}
 	boolean := func(name string, dst *bool) {
 		if v, ok := lookup(name); ok && v != "" {
@@ -251,6 +296,12 @@ func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
 	str("AIRLOCK_PREVIEW_DOMAIN", &c.PreviewDomain)
 	i64("AIRLOCK_PACKAGE_CACHE_MB", &c.PackageCacheMB)
 	i64("AIRLOCK_MAX_DOWNLOAD_MB", &c.MaxDownloadMB)
+	float("AIRLOCK_TENANT_QUOTA_CPU", &c.TenantQuota.CPU)
+	i64("AIRLOCK_TENANT_QUOTA_MEMORY_MB", &c.TenantQuota.MemoryMB)
+	i64("AIRLOCK_TENANT_QUOTA_DISK_MB", &c.TenantQuota.DiskMB)
+	i64("AIRLOCK_TENANT_QUOTA_EXECS_PER_MINUTE", &c.TenantQuota.ExecsPerMinute)
+	float("AIRLOCK_KEY_RATE_LIMIT_RPS", &c.KeyRateLimitRPS)
+	integer("AIRLOCK_KEY_RATE_LIMIT_BURST", &c.KeyRateLimitBurst)
 	return firstErr
 }
 
@@ -278,6 +329,12 @@ func (c Config) Validate() error {
 		return bad("sample_interval_s must be positive")
 	case c.PackageCacheMB < 0 || c.MaxDownloadMB < 0:
 		return bad("package_cache_mb and max_download_mb must not be negative")
+	}
+	if q := c.TenantQuota; q.CPU < 0 || q.MemoryMB < 0 || q.DiskMB < 0 || q.ExecsPerMinute < 0 || q.ExecsPerMinute > MaxExecsPerMinute {
+		return bad("tenant_quota values must be between 0 (no limit) and their maximum (execs_per_minute %d)", MaxExecsPerMinute)
+	}
+	if c.KeyRateLimitRPS < 0 || c.KeyRateLimitBurst < 0 || (c.KeyRateLimitRPS > 0 && c.KeyRateLimitBurst < 1) {
+		return bad("key_rate_limit_rps must not be negative and key_rate_limit_burst must be at least 1 when it is set")
 	}
 	switch c.GVisorPlatform {
 	case "ptrace", "systrap", "kvm":

@@ -39,8 +39,12 @@ import (
 	"github.com/airlockhq/airlock/internal/build"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver/runc"
+	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/interp"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
+	"github.com/airlockhq/airlock/internal/pkgcache"
+	"github.com/airlockhq/airlock/internal/preview"
 	"github.com/airlockhq/airlock/internal/reaper"
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/store"
@@ -238,12 +242,34 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	// The manager is made last (it needs the builder, which needs the
 	// network): network events reach it through mgr once it exists.
 	var mgr atomic.Pointer[manager.Manager]
-	nm, regs := newNetwork(cfg, opts, ln.Addr(), log, func(e network.Event) {
+	// Previews listen on their own origin. A port already taken disables
+	// them with a warning rather than the whole daemon: the API matters
+	// more, and GET /v1/info-style errors (501) say why.
+	var pln net.Listener
+	if cfg.PreviewListen != "" {
+		if pln, err = net.Listen("tcp", cfg.PreviewListen); err != nil {
+			log.Warn("previews disabled: cannot listen", "addr", cfg.PreviewListen, "err", err)
+			pln = nil
+		} else {
+			defer pln.Close()
+		}
+	}
+	closed := []net.Addr{ln.Addr()}
+	if pln != nil {
+		closed = append(closed, pln.Addr())
+	}
+	nm, regs := newNetwork(cfg, opts, closed, log, func(e network.Event) {
 		if m := mgr.Load(); m != nil {
 			m.NetworkEvent(e)
 			return
 		}
 		rec.RecordDetail(audit.Event{Time: e.Time, Type: audit.TypeEgress, SandboxID: e.SandboxID}, e, nil)
+	}, func(e pkgcache.Event) {
+		if m := mgr.Load(); m != nil {
+			m.PackageEvent(e)
+			return
+		}
+		rec.RecordDetail(audit.Event{Time: e.Time, Type: audit.TypePackageInstall, SandboxID: e.SandboxID}, e, nil)
 	})
 	if nm != nil {
 		defer nm.Close()
@@ -287,10 +313,41 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	if err := m.Start(ctx); err != nil {
 		return err
 	}
+	if pln != nil {
+		m.SetPreviewAddr(pln.Addr().String())
+		ph := preview.New(preview.Config{Domain: cfg.PreviewDomain, Backend: m.PreviewBackend(), Logger: log.With("component", "preview")})
+		psrv := &http.Server{Handler: ph, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := psrv.Serve(pln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("preview listener", "err", err)
+			}
+		}()
+		defer func() { psrv.Close(); ph.Close() }()
+		log.Info("previews", "listen", pln.Addr().String(), "domain", cfg.PreviewDomain)
+	} else {
+		m.SetPreviewAddr("")
+	}
+	// The code interpreter (one per manager: it kills kernels it does not
+	// know) and the E2B-compatible planes on the same listener. E2B access
+	// tokens derive from a key kept in the data dir, so they outlive a
+	// restart.
+	code := interp.New(interp.Config{Backend: interp.ManagerBackend(m), Logger: log.With("component", "interp")})
+	tokenKey, err := e2b.LoadOrCreateKey(filepath.Join(cfg.DataDir, "e2b-token.key"))
+	if err != nil {
+		code.Close()
+		return err
+	}
+	eh := e2b.New(e2b.Config{
+		Manager: m, Auth: authn, Code: code, Logger: log.With("component", "e2b"), TokenKey: tokenKey, Audit: rec,
+		MaxUploadBytes: cfg.MaxUploadBytes, MaxExecTimeout: time.Duration(cfg.MaxExecTimeoutS) * time.Second,
+	})
 	srv := server.New(server.Config{
 		Manager: m, Auth: authn, Metrics: metrics, Logger: log, Version: version.Version,
-		MaxUploadBytes: cfg.MaxUploadBytes, Audit: rec,
+		MaxUploadBytes: cfg.MaxUploadBytes, Audit: rec, Code: code, E2B: eh,
 	})
+	// After the server's streams end (serve returns) and before the
+	// manager closes (deferred earlier, so it runs later).
+	defer code.Close()
 	return serve(ctx, cfg, ln, srv, log, opts)
 }
 
@@ -299,7 +356,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 // mirror as the debian registry set) and returns it with the registry
 // sets it enforces. Without it (opts.NoNetwork, or a host that cannot:
 // not root, no nftables) it returns nil and sandboxes get loopback only.
-func newNetwork(cfg config.Config, opts Options, apiAddr net.Addr, log *slog.Logger, onEvent func(network.Event)) (*network.Manager, map[string][]string) {
+func newNetwork(cfg config.Config, opts Options, closed []net.Addr, log *slog.Logger, onEvent func(network.Event), onPackage func(pkgcache.Event)) (*network.Manager, map[string][]string) {
 	if opts.NoNetwork {
 		return nil, nil
 	}
@@ -319,8 +376,26 @@ func newNetwork(cfg config.Config, opts Options, apiAddr net.Addr, log *slog.Log
 		Audit:      onEvent,
 		Logger:     log.With("component", "network"),
 	}
-	if ta, ok := apiAddr.(*net.TCPAddr); ok {
-		ncfg.APIPorts = []uint16{uint16(ta.Port)}
+	for _, a := range closed {
+		if ta, ok := a.(*net.TCPAddr); ok {
+			ncfg.APIPorts = append(ncfg.APIPorts, uint16(ta.Port))
+		}
+	}
+	// The registry mirror: upstreams over HTTPS (Debian's from the host's
+	// apt sources), files kept in a bounded cache, a per-sandbox cap.
+	debianMirror := ""
+	if mirror, err := template.Mirror(); err == nil {
+		debianMirror = mirror
+	}
+	ncfg.Upstreams = network.DefaultUpstreams(debianMirror)
+	ncfg.PackageAudit = onPackage
+	ncfg.MaxDownloadBytes = cfg.MaxDownloadMB << 20
+	if cfg.PackageCacheMB > 0 {
+		if st, err := pkgcache.OpenStore(filepath.Join(cfg.DataDir, "pkgcache"), cfg.PackageCacheMB<<20); err != nil {
+			log.Warn("package cache unavailable: packages pass through uncached", "err", err)
+		} else {
+			ncfg.PackageCache = st
+		}
 	}
 	if opts.Network != nil {
 		opts.Network(&ncfg)

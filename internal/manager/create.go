@@ -110,6 +110,10 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	// The template's ENV is the sandbox's env, under the request's own; it
 	// is stored with the spec, so a restarted daemon keeps injecting it.
 	sp.Env = mergeEnv(resolved.Config.Env, sp.Env)
+	// Package managers use airlock's registry mirror (cached, audited) when
+	// the policy allows registries; the template's and the request's own
+	// variables win.
+	sp.Env = mergeEnv(m.PackageEnv(sp.Network), sp.Env)
 	var idem *store.Idempotency
 	if idemKey != "" {
 		if !idempotencyRE.MatchString(idemKey) {
@@ -141,26 +145,22 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		execs: map[string]*execTracker{}, gone: make(chan struct{}),
 	}
 
+	sb.resOnce.Do(func() { sb.res = sp.Resources })
+	quota, _, err := m.quotaOf(ctx, p.Tenant)
+	if err != nil {
+		return CreateResult{}, err
+	}
+
 	// Reserve a slot: check capacity and quota and insert the record under
 	// m.mu so that concurrent creates cannot overshoot.
 	m.mu.Lock()
-	total, mine := 0, 0
-	for _, o := range m.live {
-		total++
-		if o.tenant == p.Tenant {
-			mine++
-		}
-	}
-	if total >= m.settings.MaxSandboxes {
+	if len(m.live) >= m.settings.MaxSandboxes {
 		m.mu.Unlock()
-		return CreateResult{}, &PublicError{Msg: "host is at capacity, retry later", RetryAfter: retryAfterCapacity, Err: errdefs.ErrCapacityExhausted}
+		return m.refuseOrReplay(ctx, p, idem, &PublicError{Msg: "host is at capacity, retry later", RetryAfter: retryAfterCapacity, Err: errdefs.ErrCapacityExhausted})
 	}
-	if mine >= m.settings.MaxSandboxesPerTenant {
+	if err := m.admitLocked(p.Tenant, quota, sp.Resources); err != nil {
 		m.mu.Unlock()
-		return CreateResult{}, &PublicError{
-			Msg:        fmt.Sprintf("tenant has %d live sandboxes, the maximum", mine),
-			RetryAfter: retryAfterCapacity, Err: errdefs.ErrQuotaExceeded,
-		}
+		return m.refuseOrReplay(ctx, p, idem, err)
 	}
 	existing, err := m.store.CreateSandbox(ctx, rec, idem)
 	if err == nil {
@@ -365,6 +365,25 @@ func createError(err error) error {
 		return err
 	}
 	return &PublicError{Msg: "sandbox failed to start", Err: fmt.Errorf("%w: %w", errdefs.ErrInternal, err)}
+}
+
+// refuseOrReplay answers a create that capacity or quota refused: with the
+// sandbox an earlier request with the same idempotency key made, if there
+// is one (that sandbox may be what fills the quota, and a retry must not
+// be told otherwise), else with refusal.
+func (m *Manager) refuseOrReplay(ctx context.Context, p auth.Principal, idem *store.Idempotency, refusal error) (CreateResult, error) {
+	if idem == nil {
+		return CreateResult{}, refusal
+	}
+	existing, err := m.store.IdempotencyKey(ctx, p.Tenant, idem.Key)
+	if err != nil {
+		m.log.Warn("looking up idempotency key", "tenant", p.Tenant, "err", err)
+		return CreateResult{}, refusal
+	}
+	if existing == nil {
+		return CreateResult{}, refusal
+	}
+	return m.replay(ctx, p, existing, idem)
 }
 
 // replay answers an idempotent retry: the sandbox the key created, once it

@@ -49,6 +49,11 @@ const (
 	retainMaxBytes = 256 << 10
 )
 
+// ErrAgentUnavailable is the class of a call that a running sandbox's agent
+// did not answer (the API's agent_unavailable); it wraps
+// errdefs.ErrUnavailable.
+var ErrAgentUnavailable = fmt.Errorf("%w: sandbox agent", errdefs.ErrUnavailable)
+
 var (
 	userRE   = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 	signalRE = regexp.MustCompile(`^(SIG)?[A-Z][A-Z0-9+-]{1,15}$|^[0-9]{1,2}$`)
@@ -173,6 +178,16 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 	if err != nil {
 		return nil, err
 	}
+	select {
+	case <-sb.ready:
+		// The sandbox's tenant pays, whoever asks (an admin key too).
+		if err := m.admitExec(ctx, sb.tenant); err != nil {
+			return nil, err
+		}
+	default:
+		// Create itself runs the template's start command: not the
+		// tenant's exec, and not to be refused for its rate.
+	}
 	areq.ID = auth.RandomID("ex_", 15)
 	areq.StdinOpen = opts.StdinOpen
 	if req.PTY {
@@ -245,7 +260,17 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 		if ferr := m.store.FinishExec(context.WithoutCancel(ctx), rec, nil); ferr != nil {
 			m.log.Warn("recording failed exec", "sandbox_id", sb.id, "exec_id", rec.ID, "err", ferr)
 		}
-		return nil, fmt.Errorf("starting exec: %w", err)
+		var pe *PublicError
+		if ctx.Err() != nil || errors.As(err, &pe) {
+			// The client left, or the sandbox stopped meanwhile: say so.
+			return nil, fmt.Errorf("starting exec: %w", err)
+		}
+		// The sandbox runs (m.running said so) but its agent did not take
+		// the exec: the caller gets the exec record's code, not a generic
+		// unavailable, and can tell it from a crash (the sandbox's state).
+		// The cause is kept as text only: a dial or handshake timeout in it
+		// must not make the edge call this a request timeout.
+		return nil, &PublicError{Msg: "the sandbox agent is not answering", Err: fmt.Errorf("%w: starting exec: %v", ErrAgentUnavailable, err)}
 	}
 	sb.mu.Lock()
 	sb.execs[t.id] = t

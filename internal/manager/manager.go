@@ -162,6 +162,9 @@ type Manager struct {
 	health   map[string]driver.Health
 	probedAt time.Time
 
+	// quotas holds tenant quota overrides and exec rate windows (quota.go).
+	quotas *tenantQuotas
+
 	// mu guards live. Capacity checks and reservations happen under it so
 	// that two creates cannot both take the last slot.
 	mu   sync.Mutex
@@ -221,6 +224,11 @@ type sandbox struct {
 	// homes caches each user's default exec directory (cwd.go).
 	homesMu sync.Mutex
 	homes   map[string]string
+
+	// res is what the sandbox holds against its tenant's quota, read
+	// from its spec once (quota.go).
+	resOnce sync.Once
+	res     api.Resources
 }
 
 // New returns a Manager for cfg. Call Start before use.
@@ -289,6 +297,7 @@ func New(cfg Config) (*Manager, error) {
 		net:      cfg.Network,
 		audit:    cfg.Audit,
 		owners:   map[string]owner{},
+		quotas:   newTenantQuotas(cfg.Now),
 	}
 	for _, d := range cfg.Drivers {
 		if _, dup := m.drivers[d.Name()]; dup {
@@ -595,3 +604,6 @@ func (m *Manager) Capacity() (max, used int) {
 	defer m.mu.Unlock()
 	return m.settings.MaxSandboxes, len(m.live)
 }
+
+// Settings returns the daemon's settings the manager runs with.
+func (m *Manager) Settings() config.Config { return m.settings }

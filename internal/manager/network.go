@@ -64,11 +64,11 @@ func (n netManager) Setup(ctx context.Context, id string, p network.Policy) (Net
 
 // toPolicy converts the API's network to the network package's policy.
 func toPolicy(n api.Network) network.Policy {
-	return network.Policy{Mode: network.Mode(n.Mode), Allow: n.Allow, Registries: n.Registries, Offline: n.Offline}
+	return network.Policy{Mode: network.Mode(n.Mode), Allow: n.Allow, Registries: n.Registries, Offline: n.Offline, MaxDownloadMB: n.MaxDownloadMB}
 }
 
 func fromPolicy(p network.Policy) api.Network {
-	return api.Network{Mode: string(p.Mode), Allow: p.Allow, Registries: p.Registries, Offline: p.Offline}
+	return api.Network{Mode: string(p.Mode), Allow: p.Allow, Registries: p.Registries, Offline: p.Offline, MaxDownloadMB: p.MaxDownloadMB}
 }
 
 // checkNetwork validates n and returns it normalised (network.ParsePolicy):

@@ -321,6 +321,18 @@ func (a *Attachment) answer(ctx context.Context, req *dns.Msg, proto string) *dn
 	name := normalizeName(q.Name)
 	ev := Event{Kind: KindDNS, Domain: name, Proto: proto}
 	pol := a.current()
+	if name == PackageHost && a.m.mirror != nil && pol.Mode == ModeAllowlist {
+		// The package mirror on the sandbox's own gateway.
+		if q.Qtype == dns.TypeA && q.Qclass == dns.ClassINET {
+			resp.Answer = append(resp.Answer, &dns.A{
+				Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300},
+				A:   a.gw.AsSlice(),
+			})
+		}
+		ev.Allowed, ev.Reason, ev.IP = true, ReasonAllowed, a.gw.String()
+		a.m.emit(a.id, ev)
+		return resp
+	}
 	if ok, reason := pol.nameVerdict(name); !ok {
 		resp.Rcode = dns.RcodeNameError
 		ev.Reason = reason

@@ -10,6 +10,7 @@ package network
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -35,6 +37,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/pkgcache"
 )
 
 // Defaults of Config.
@@ -114,6 +117,24 @@ type Config struct {
 	MTU int
 	// Now is the events' clock; default time.Now.
 	Now func() time.Time
+
+	// Upstreams are the package mirror's upstream base URLs by registry
+	// set (DefaultUpstreams). Without any, there is no mirror: registry
+	// sets are reached through the egress proxy only.
+	Upstreams map[string]string
+	// PackageCache stores the mirror's artifacts; nil passes them through
+	// uncached (still audited and counted).
+	PackageCache *pkgcache.Store
+	// UpstreamTLS configures the mirror's TLS to registries; nil: the
+	// system's roots. Tests give their fake CA.
+	UpstreamTLS *tls.Config
+	// PackageAudit receives every artifact the mirror serves or refuses.
+	// It must not block for long.
+	PackageAudit func(pkgcache.Event)
+	// MaxDownloadBytes caps what each sandbox receives through the mirror
+	// and the egress proxy (counted since its network was set up or
+	// recovered); 0 for no cap.
+	MaxDownloadBytes int64
 }
 
 // Manager sets up and enforces sandbox networks. It is safe for concurrent
@@ -138,6 +159,9 @@ type Manager struct {
 
 	forwarding atomic.Bool
 
+	mirror      *pkgcache.Mirror // nil: no package mirror
+	upTransport *http.Transport
+
 	hostMu    sync.Mutex
 	hostAddrs []netip.Addr
 	hostAt    time.Time
@@ -159,14 +183,16 @@ type Attachment struct {
 	veth   bool
 	dns    *dnsServer
 	proxy  *proxy
+	mirror *mirrorServer
 	ports  ports
 	gone   bool
+	budget *pkgcache.Budget
 
 	namesMu sync.Mutex
 	names   map[netip.Addr]string
 }
 
-type ports struct{ DNSUDP, DNSTCP, Proxy uint16 }
+type ports struct{ DNSUDP, DNSTCP, Proxy, Mirror uint16 }
 
 // persisted is a sandbox's state file, read back after a restart.
 type persisted struct {
@@ -239,6 +265,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m.up = &upstream{servers: cfg.Upstream, dial: m.ns.dial, cache: map[string]cached{}}
+	m.mirror = m.newMirror()
 	if m.ns.f == nil {
 		m.host, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 	} else {
@@ -377,6 +404,7 @@ func (m *Manager) newAttachment(id string, idx int) *Attachment {
 		addr:   netip.AddrFrom4(be4(base + 2)),
 		ifName: m.cfg.IfPrefix + strconv.Itoa(idx),
 		names:  map[netip.Addr]string{},
+		budget: pkgcache.NewBudget(m.cfg.MaxDownloadBytes),
 	}
 }
 
@@ -422,6 +450,9 @@ func (m *Manager) Close() error {
 }
 
 func (m *Manager) closeHost() {
+	if m.upTransport != nil {
+		m.upTransport.CloseIdleConnections()
+	}
 	if m.nflog != nil {
 		m.nflog.close()
 	}
@@ -496,6 +527,7 @@ func (m *Manager) Setup(ctx context.Context, id string, p Policy) (*Attachment, 
 	m.used[idx] = true
 	a := m.newAttachment(id, idx)
 	a.policy = p
+	a.budget = pkgcache.NewBudget(m.downloadCap(p))
 	a.pol.Store(c)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -550,7 +582,7 @@ func needsForwarding(c *compiled) bool { return c.Mode == ModeOpen || len(c.CIDR
 
 func (a *Attachment) rules(c *compiled) sbxRules {
 	return sbxRules{ID: a.id, Index: a.idx, IfName: a.ifName, Addr: a.addr, Gateway: a.gw,
-		DNSUDP: a.ports.DNSUDP, DNSTCP: a.ports.DNSTCP, Proxy: a.ports.Proxy, Policy: c}
+		DNSUDP: a.ports.DNSUDP, DNSTCP: a.ports.DNSTCP, Proxy: a.ports.Proxy, Mirror: a.ports.Mirror, Policy: c}
 }
 
 // startListeners opens the sandbox's resolver and proxy on its gateway.
@@ -582,6 +614,13 @@ func (a *Attachment) startListeners(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("opening sandbox proxy: %w", err)
 	}
+	closers = append(closers, func() { pln.Close() })
+	var mln net.Listener
+	if m.mirror != nil {
+		if mln, err = m.ns.listen(ctx, gw); err != nil {
+			return fmt.Errorf("opening sandbox package mirror: %w", err)
+		}
+	}
 	a.ports = ports{
 		DNSUDP: uint16(pc.LocalAddr().(*net.UDPAddr).Port),
 		DNSTCP: uint16(dnsLn.Addr().(*net.TCPAddr).Port),
@@ -589,6 +628,10 @@ func (a *Attachment) startListeners(ctx context.Context) (err error) {
 	}
 	a.dns = newDNSServer(a, pc, dnsLn)
 	a.proxy = newProxy(a, pln)
+	if mln != nil {
+		a.ports.Mirror = uint16(mln.Addr().(*net.TCPAddr).Port)
+		a.mirror = a.startMirror(mln)
+	}
 	return nil
 }
 
@@ -600,6 +643,10 @@ func (a *Attachment) stopListeners() {
 	if a.proxy != nil {
 		a.proxy.close()
 		a.proxy = nil
+	}
+	if a.mirror != nil {
+		a.mirror.close()
+		a.mirror = nil
 	}
 }
 
@@ -864,6 +911,11 @@ func (m *Manager) Recover(ctx context.Context, id string, p Policy) error {
 		return errdefs.Wrap(errdefs.ErrNotFound, "network namespace of sandbox %s is gone", id)
 	}
 	a.policy = p
+	if a.mirror == nil && a.proxy == nil {
+		// Counted afresh from a recovery: a restarted daemon does not know
+		// what the sandbox received before.
+		a.budget = pkgcache.NewBudget(m.downloadCap(p))
+	}
 	a.pol.Store(c)
 	if err := a.writeResolvConf(); err != nil {
 		return err

@@ -57,6 +57,7 @@ type sbxRules struct {
 	DNSUDP  uint16
 	DNSTCP  uint16
 	Proxy   uint16
+	Mirror  uint16 // the package mirror's port on the gateway, 0 for none
 	Policy  *compiled
 }
 
@@ -201,6 +202,11 @@ func (n *nftRules) apply(r sbxRules, create bool) error {
 	// unless a CIDR entry lets them out directly.
 	add(pre, ipv4(), l4(unix.IPPROTO_UDP), dport(53), redirect(r.DNSUDP))
 	add(pre, ipv4(), l4(unix.IPPROTO_TCP), dport(53), redirect(r.DNSTCP))
+	if p.Mode == ModeAllowlist && r.Mirror != 0 {
+		// http://packages.airlock.internal/ (the gateway, port 80) is
+		// the package mirror.
+		add(pre, ipv4(), daddrIn(netip.PrefixFrom(r.Gateway, 32)), l4(unix.IPPROTO_TCP), dport(80), redirect(r.Mirror))
+	}
 	if p.Mode == ModeAllowlist {
 		for _, cr := range p.CIDRs {
 			for _, m := range cidrMatch(cr) {
@@ -218,6 +224,9 @@ func (n *nftRules) apply(r sbxRules, create bool) error {
 	add(in, daddrIn(netip.PrefixFrom(r.Gateway, 32)), l4(unix.IPPROTO_TCP), dport(r.DNSTCP), verdict(expr.VerdictAccept))
 	if p.Mode == ModeAllowlist {
 		add(in, daddrIn(netip.PrefixFrom(r.Gateway, 32)), l4(unix.IPPROTO_TCP), dport(r.Proxy), verdict(expr.VerdictAccept))
+		if r.Mirror != 0 {
+			add(in, daddrIn(netip.PrefixFrom(r.Gateway, 32)), l4(unix.IPPROTO_TCP), dport(r.Mirror), verdict(expr.VerdictAccept))
+		}
 	}
 	add(in, daddrIn(n.subnet), toDeny)
 	hostEligible := func(cr cidrRule) bool { return cr.Privileged || cr.Prefix.Bits() == 32 }

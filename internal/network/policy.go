@@ -50,6 +50,11 @@ type Policy struct {
 	// Offline denies every package registry's hosts, even in open mode, so
 	// that an install fails at once (NXDOMAIN) instead of timing out.
 	Offline bool `json:"offline,omitempty"`
+	// MaxDownloadMB, when positive, is the sandbox's own download cap
+	// (MiB through the package mirror and the egress proxy): it may lower
+	// the server's (Config.MaxDownloadBytes), or set one where the server
+	// has none, never raise it. Fixed when the network is set up.
+	MaxDownloadMB int64 `json:"max_download_mb,omitempty"`
 }
 
 // KnownRegistries are the registry set names a Policy may name.
@@ -73,13 +78,20 @@ type compiled struct {
 	// Denied names are refused even when otherwise allowed (offline registries).
 	Denied    map[string]bool
 	DeniedWcs []string
+	// Registries are the sets the policy names, Offline its offline flag
+	// (the package mirror serves those sets unless offline).
+	Registries []string
+	Offline    bool
 }
 
 // ParsePolicy validates p and returns it normalized: the mode defaulted,
 // entries lowercased, deduplicated and sorted. Errors wrap
 // errdefs.ErrInvalidArgument and say which entry is wrong.
 func ParsePolicy(p Policy) (Policy, error) {
-	out := Policy{Mode: p.Mode, Offline: p.Offline}
+	out := Policy{Mode: p.Mode, Offline: p.Offline, MaxDownloadMB: p.MaxDownloadMB}
+	if p.MaxDownloadMB < 0 {
+		return Policy{}, errdefs.Wrap(errdefs.ErrInvalidArgument, "max_download_mb must not be negative")
+	}
 	if out.Mode == "" {
 		out.Mode = ModeNone
 	}
@@ -245,7 +257,7 @@ func validName(name string) error {
 // compile turns a normalized policy into matchers; registries maps a
 // registry name to its host patterns.
 func compile(p Policy, registries map[string][]string, blocked []netip.Prefix) (*compiled, error) {
-	c := &compiled{Mode: p.Mode, Exact: map[string]bool{}, Denied: map[string]bool{}}
+	c := &compiled{Mode: p.Mode, Exact: map[string]bool{}, Denied: map[string]bool{}, Registries: p.Registries, Offline: p.Offline}
 	addName := func(n string, exact map[string]bool, wcs *[]string) {
 		if rest, ok := strings.CutPrefix(n, "*."); ok {
 			*wcs = append(*wcs, "."+rest)

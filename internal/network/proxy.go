@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/pkgcache"
 )
 
 // Proxy timing and limits.
@@ -183,6 +185,21 @@ func (p *proxy) handle(pc *proxyConn) {
 		deny(reason)
 		return
 	}
+	if a.budget.Exhausted() {
+		deny(ReasonDownloadCap)
+		if kind == KindHTTP {
+			_, _ = io.WriteString(c, capResponse)
+		}
+		return
+	}
+	if kind == KindHTTP && m.mirror != nil && m.mirror.Serves(pkgcache.RegDebian) && a.registryAllowed(pkgcache.RegDebian) && m.isRegistryHost(pkgcache.RegDebian, name) {
+		// Plain HTTP to the Debian mirror: served through the package
+		// cache (audited per package there).
+		ev.Allowed, ev.Reason = true, ReasonAllowed
+		m.emit(a.id, ev)
+		a.serveTransparent(c, io.MultiReader(bytes.NewReader(head), br), name)
+		return
+	}
 	ctx, cancel := context.WithTimeout(p.ctx, upstreamDialTimeout)
 	defer cancel()
 	addrs, err := m.up.lookupA(ctx, name)
@@ -216,8 +233,11 @@ func (p *proxy) handle(pc *proxyConn) {
 		deny(ReasonNotAllowed)
 		return
 	}
-	in, out := relay(c, br, head, remote)
+	in, out, capped := relay(c, br, head, remote, a.budget)
 	ev.Allowed, ev.Reason, ev.BytesIn, ev.BytesOut = true, ReasonAllowed, in, out
+	if capped {
+		ev.Allowed, ev.Reason = false, ReasonDownloadCap
+	}
 	m.emit(a.id, ev)
 }
 
@@ -252,13 +272,31 @@ func pickTarget(addrs []netip.Addr, orig netip.AddrPort, allowed func(netip.Addr
 }
 
 // relay copies both ways until both sides are done, and returns the bytes
-// sent to the sandbox (in) and from it (out).
-func relay(client net.Conn, br *bufio.Reader, head []byte, remote net.Conn) (in, out int64) {
+// sent to the sandbox (in) and from it (out). What the sandbox receives
+// counts against budget; capped reports that the cap cut the connection.
+func relay(client net.Conn, br *bufio.Reader, head []byte, remote net.Conn, budget *pkgcache.Budget) (in, out int64, capped bool) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		n, _ := io.Copy(client, remote)
+		var n int64
+		if budget.Limit() > 0 {
+			var err error
+			n, err = io.Copy(budget.Writer(client), remote)
+			if errors.Is(err, pkgcache.ErrCapExceeded) {
+				// Cut both ways: the sandbox's side of the transfer ends
+				// with a reset, not a clean end that looks complete.
+				capped = true
+				if tc, ok := client.(*net.TCPConn); ok {
+					_ = tc.SetLinger(0)
+				}
+				client.Close()
+				remote.Close()
+			}
+		} else {
+			// Without a cap the copy may splice, never entering user space.
+			n, _ = io.Copy(client, remote)
+		}
 		in = n
 		closeWrite(client)
 	}()
@@ -270,8 +308,12 @@ func relay(client net.Conn, br *bufio.Reader, head []byte, remote net.Conn) (in,
 	}
 	closeWrite(remote)
 	wg.Wait()
-	return in, out
+	return in, out, capped
 }
+
+// capResponse answers a plain-HTTP request of a sandbox whose download cap
+// is used up.
+const capResponse = "HTTP/1.1 507 Insufficient Storage\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 52\r\n\r\nairlock: this sandbox's download cap is used up.\r\n\r\n"
 
 func closeWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {

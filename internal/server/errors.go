@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
 )
@@ -54,6 +55,7 @@ var classes = []struct {
 	{errdefs.ErrRateLimited, http.StatusTooManyRequests, api.CodeRateLimited, "rate limited"},
 	{errdefs.ErrCapacityExhausted, http.StatusServiceUnavailable, api.CodeCapacityExhausted, "host is at capacity"},
 	{errdefs.ErrRuntimeUnavailable, http.StatusServiceUnavailable, api.CodeRuntimeUnavailable, "runtime unavailable"},
+	{manager.ErrAgentUnavailable, http.StatusServiceUnavailable, api.CodeAgentUnavailable, "sandbox agent is unavailable"},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, codeUnavailable, "service unavailable"},
 	{errdefs.ErrNotImplemented, http.StatusNotImplemented, codeNotImplemented, "not implemented"},
 }
@@ -80,13 +82,16 @@ func classify(err error) classified {
 		}
 	}
 	var (
-		pe *manager.PublicError
-		ae *agentproto.Error
-		pm *publicMsg
+		pe  *manager.PublicError
+		ae  *agentproto.Error
+		pm  *publicMsg
+		rle *auth.RateLimitError
 	)
 	switch {
 	case errors.As(err, &pe):
 		c.message, c.retryAfter = pe.Msg, pe.RetryAfter
+	case errors.As(err, &rle):
+		c.message, c.retryAfter = rle.Error(), rle.RetryAfter
 	case errors.As(err, &pm):
 		c.message = pm.msg
 	case errors.As(err, &ae) && c.status != http.StatusInternalServerError:

@@ -38,7 +38,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request, _ auth.Principal) 
 
 func keyView(k store.Key) api.Key {
 	return api.Key{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Admin: k.Admin, Prefix: k.Prefix,
-		CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt}
+		CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt, RateLimitRPS: k.RateLimitRPS, RateLimitBurst: k.RateLimitBurst}
 }
 
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
@@ -46,7 +46,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request, p auth.Princi
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
-	c, err := s.auth.CreateKey(r.Context(), req.Tenant, req.Name, req.Admin)
+	c, err := s.auth.CreateKey(r.Context(), req.Tenant, req.Name, req.Admin, auth.KeyRateLimit(req.RateLimitRPS, req.RateLimitBurst))
 	if err != nil {
 		if errdefs.IsInvalidArgument(err) {
 			return errf(errdefs.ErrInvalidArgument, strings.TrimPrefix(err.Error(), errdefs.ErrInvalidArgument.Error()+": "))

@@ -21,6 +21,10 @@ type Key struct {
 	Admin     bool
 	CreatedAt time.Time
 	RevokedAt *time.Time
+	// RateLimitRPS and RateLimitBurst, when set, replace the server's
+	// default request rate limit for this key (0 RPS: no limit).
+	RateLimitRPS   *float64
+	RateLimitBurst *int
 }
 
 // EnsureTenant creates tenant id if it does not exist.
@@ -40,9 +44,10 @@ func (s *Store) CreateKey(ctx context.Context, k Key) error {
 			k.Tenant, ts(k.CreatedAt)); err != nil {
 			return fmt.Errorf("creating key: %w", err)
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO api_keys(id, tenant, name, prefix, hash, admin, created_at, revoked_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			k.ID, k.Tenant, k.Name, k.Prefix, k.Hash, k.Admin, ts(k.CreatedAt), tsp(k.RevokedAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO api_keys(`+keyCols+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			k.ID, k.Tenant, k.Name, k.Prefix, k.Hash, k.Admin, ts(k.CreatedAt), tsp(k.RevokedAt),
+			nullFloat(k.RateLimitRPS), nullInt(k.RateLimitBurst))
 		if err != nil {
 			if isUniqueViolation(err) {
 				return fmt.Errorf("%w: key", errdefs.ErrAlreadyExists)
@@ -53,16 +58,26 @@ func (s *Store) CreateKey(ctx context.Context, k Key) error {
 	})
 }
 
-const keyCols = `id, tenant, name, prefix, hash, admin, created_at, revoked_at`
+const keyCols = `id, tenant, name, prefix, hash, admin, created_at, revoked_at, rate_limit_rps, rate_limit_burst`
 
 func scanKey(row interface{ Scan(...any) error }) (Key, error) {
 	var (
 		k       Key
 		created int64
 		revoked sql.NullInt64
+		rps     sql.NullFloat64
+		burst   sql.NullInt64
 	)
-	if err := row.Scan(&k.ID, &k.Tenant, &k.Name, &k.Prefix, &k.Hash, &k.Admin, &created, &revoked); err != nil {
+	if err := row.Scan(&k.ID, &k.Tenant, &k.Name, &k.Prefix, &k.Hash, &k.Admin, &created, &revoked, &rps, &burst); err != nil {
 		return Key{}, err
+	}
+	if rps.Valid {
+		v := rps.Float64
+		k.RateLimitRPS = &v
+	}
+	if burst.Valid {
+		v := int(burst.Int64)
+		k.RateLimitBurst = &v
 	}
 	k.CreatedAt = fromTS(created)
 	k.RevokedAt = fromTSP(revoked)

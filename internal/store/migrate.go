@@ -189,6 +189,13 @@ ALTER TABLE execs ADD COLUMN template TEXT;
 	`
 ALTER TABLE execs ADD COLUMN error_code TEXT;
 `,
+	// 6: tenancy: a tenant's quota override and a key's own rate limit
+	// (NULL: the server's default).
+	`
+ALTER TABLE tenants ADD COLUMN quota TEXT;            -- JSON api.QuotaOverride
+ALTER TABLE api_keys ADD COLUMN rate_limit_rps REAL;
+ALTER TABLE api_keys ADD COLUMN rate_limit_burst INTEGER;
+`,
 }
 
 func migrate(ctx context.Context, db *sql.DB) error {

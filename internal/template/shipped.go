@@ -29,9 +29,10 @@ var shippedRecipes = []recipe{
 	},
 	{
 		name: "code-interpreter",
-		Spec: withPackages(debianBase.Spec, 1,
+		// Revision 2: nodejs for JavaScript contexts of the code interpreter.
+		Spec: withPackages(debianBase.Spec, 2,
 			"python3-pip", "python3-venv", "python3-numpy", "python3-pandas", "python3-matplotlib", "python3-requests",
-			"python3-ipykernel", "python3-scipy", "python3-sklearn", "python3-seaborn", "python3-sympy",
+			"python3-ipykernel", "nodejs", "python3-scipy", "python3-sklearn", "python3-seaborn", "python3-sympy",
 			"python3-openpyxl", "python3-pil"),
 		build: buildDebian,
 	},

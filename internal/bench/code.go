@@ -1,0 +1,72 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+)
+
+// CodeTarget is the issue's target for a trivial cell in a warm context.
+const CodeTarget = 20 * time.Millisecond
+
+// codeWarmup is how many cells run before measuring: the first starts the
+// kernel, the next few warm IPython's caches.
+const codeWarmup = 5
+
+// MeasureCode creates a sandbox of template (the code-interpreter template
+// when ""), runs codeWarmup cells in its default python context, then
+// times runs cells of `1+1` through the API (request to end event) and
+// deletes the sandbox. It checks every answer is 2.
+func MeasureCode(ctx context.Context, c *client.Client, template string, runs int) (_ Samples, err error) {
+	if template == "" {
+		template = "code-interpreter"
+	}
+	if runs <= 0 {
+		runs = 50
+	}
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: template})
+	if err != nil {
+		return nil, fmt.Errorf("creating sandbox: %w", err)
+	}
+	defer func() {
+		if derr := deleteSandbox(context.WithoutCancel(ctx), c, sb.ID); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	cell := api.CodeRequest{Code: "1+1"}
+	samples := make(Samples, 0, runs)
+	for i := 0; i < codeWarmup+runs; i++ {
+		start := time.Now()
+		ex, err := c.RunCode(ctx, sb.ID, cell, nil)
+		d := time.Since(start)
+		if err != nil {
+			return nil, fmt.Errorf("running cell: %w", err)
+		}
+		if ex.Error != nil {
+			return nil, fmt.Errorf("cell failed: %s: %s", ex.Error.Name, ex.Error.Value)
+		}
+		if ex.Text() != "2" {
+			return nil, errors.New("cell `1+1` did not answer 2")
+		}
+		if i >= codeWarmup {
+			samples = append(samples, d)
+		}
+	}
+	return samples, nil
+}
+
+// CodeRow is the report row of MeasureCode's samples.
+func CodeRow(s Samples) Row {
+	judge := func(ok bool) *bool { return &ok }
+	row := Row{Metric: "code cell `1+1` in a warm python context, p50", Target: "< 20 ms",
+		Airlock: fmtP(s), Baseline: "absolute target", Ratio: math.NaN()}
+	if len(s) > 0 {
+		row.OK = judge(s.Percentile(50) < CodeTarget)
+	}
+	return row
+}

@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/api"
+)
+
+// fakeCode answers POST /v1/sandboxes/sbx_1/code with a scripted stream
+// and records the requests.
+func fakeCode(t *testing.T) (*httptest.Server, *[]api.CodeRequest) {
+	var reqs []api.CodeRequest
+	png := base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n\x1a\nfake"))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/sandboxes/sbx_1/code" || r.Header.Get("Authorization") != "Bearer ak_good" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"error":{"code":"sandbox_not_found","message":"sandbox not found"}}`))
+			return
+		}
+		var req api.CodeRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		reqs = append(reqs, req)
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		enc := json.NewEncoder(w)
+		enc.Encode(api.CodeEvent{Type: "stdout", Text: "hello\n"})
+		if strings.Contains(req.Code, "plot") {
+			enc.Encode(api.CodeEvent{Type: "result", PNG: png})
+		}
+		if strings.Contains(req.Code, "raise") {
+			enc.Encode(api.CodeEvent{Type: "error", Name: "ValueError", Value: "bad", Traceback: "Traceback…\nValueError: bad"})
+		} else {
+			enc.Encode(api.CodeEvent{Type: "result", IsMainResult: true, Text: "42"})
+		}
+		enc.Encode(api.CodeEvent{Type: "end", ExecutionCount: 3})
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &reqs
+}
+
+func TestCodeCommand(t *testing.T) {
+	srv, reqs := fakeCode(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "cell.py")
+	os.WriteFile(script, []byte("from file"), 0o644)
+	tests := []struct {
+		name                string
+		args                []string
+		stdin               string
+		wantErr             bool
+		wantOut, wantErrOut string
+		wantReq             api.CodeRequest
+	}{
+		{name: "arg", args: []string{"sbx_1", "x+1"}, wantOut: "hello\n42\n", wantReq: api.CodeRequest{Code: "x+1"}},
+		{name: "stdin", args: []string{"sbx_1"}, stdin: "from stdin", wantOut: "hello\n42\n", wantReq: api.CodeRequest{Code: "from stdin"}},
+		{name: "file-and-flags", args: []string{"sbx_1", "-f", script, "-l", "bash", "--context", "ctx_1", "--timeout", "2"},
+			wantOut: "hello\n42\n", wantReq: api.CodeRequest{Code: "from file", Language: "bash", ContextID: ptrTo("ctx_1"), TimeoutS: ptrTo(2.0)}},
+		{name: "error-exits-1", args: []string{"sbx_1", "raise"}, wantErr: true, wantOut: "hello\n", wantErrOut: "ValueError: bad",
+			wantReq: api.CodeRequest{Code: "raise"}},
+		{name: "image-saved", args: []string{"sbx_1", "plot", "--save-dir", dir}, wantOut: "hello\n42\n", wantErrOut: "result-1.png",
+			wantReq: api.CodeRequest{Code: "plot"}},
+		{name: "json", args: []string{"sbx_1", "--json", "x"}, wantOut: `{"type":"stdout","text":"hello\n"}`, wantReq: api.CodeRequest{Code: "x"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			*reqs = nil
+			var out, errOut bytes.Buffer
+			a := &app{stdin: strings.NewReader(tt.stdin), stdout: &out, stderr: &errOut,
+				getenv: func(string) string { return "" }, url: srv.URL, apiKey: "ak_good"}
+			cmd := a.newCodeCmd()
+			cmd.SetArgs(tt.args)
+			cmd.SetOut(&out)
+			cmd.SetErr(&errOut)
+			err := cmd.ExecuteContext(context.Background())
+			var ec exitCodeError
+			if tt.wantErr != (err != nil) || (err != nil && (!errors.As(err, &ec) || ec.code != 1)) {
+				t.Fatalf("err %v", err)
+			}
+			if !strings.Contains(out.String(), tt.wantOut) {
+				t.Errorf("stdout %q, want %q", out.String(), tt.wantOut)
+			}
+			if !strings.Contains(errOut.String(), tt.wantErrOut) {
+				t.Errorf("stderr %q, want %q", errOut.String(), tt.wantErrOut)
+			}
+			if len(*reqs) != 1 {
+				t.Fatalf("requests %+v", *reqs)
+			}
+			got, _ := json.Marshal((*reqs)[0])
+			want, _ := json.Marshal(tt.wantReq)
+			if !bytes.Equal(got, want) {
+				t.Errorf("request %s, want %s", got, want)
+			}
+		})
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "result-1.png")); err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Errorf("saved image: %q %v", b, err)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,0 +1,152 @@
+package e2b_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/manager"
+)
+
+// fakeCode is a code service that records who called it and answers with
+// fixed events.
+type fakeCode struct {
+	calls []string // "tenant sandbox code"
+}
+
+func (f *fakeCode) Run(ctx context.Context, p auth.Principal, id string, req api.CodeRequest, emit func(api.CodeEvent) error) error {
+	f.calls = append(f.calls, p.Tenant+" "+id+" "+req.Code)
+	if req.Code == "bad" {
+		return &manager.PublicError{Msg: "bad cell", Err: errdefs.ErrInvalidArgument}
+	}
+	for _, ev := range []api.CodeEvent{
+		{Type: api.CodeEventStdout, Text: "hi\n"},
+		{Type: api.CodeEventResult, IsMainResult: true, Text: "2", PNG: "iVBORw0KGgo="},
+		{Type: api.CodeEventEnd, ExecutionCount: 4},
+	} {
+		if err := emit(ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeCode) CreateContext(ctx context.Context, p auth.Principal, id string, req api.CodeContextRequest) (api.CodeContext, error) {
+	return api.CodeContext{ID: "ctx1", Language: "python", Cwd: "/home/user", CreatedAt: time.Now()}, nil
+}
+
+func (f *fakeCode) ListContexts(ctx context.Context, p auth.Principal, id string) ([]api.CodeContext, error) {
+	return []api.CodeContext{{ID: "ctx1", Language: "python", Cwd: "/home/user"}}, nil
+}
+
+func (f *fakeCode) DeleteContext(ctx context.Context, p auth.Principal, id, cid string) error {
+	return nil
+}
+
+func (f *fakeCode) RestartContext(ctx context.Context, p auth.Principal, id, cid string) (api.CodeContext, error) {
+	return api.CodeContext{ID: cid}, nil
+}
+
+func TestCodePlane(t *testing.T) {
+	fc := &fakeCode{}
+	h := newHarness(t, withCode(fc))
+	c := h.create("acme")
+	do := func(method, path, body, token string) (*http.Response, string) {
+		req, _ := http.NewRequest(method, h.url+path, strings.NewReader(body))
+		req.Header.Set(e2b.HeaderSandboxID, c.SandboxID)
+		req.Header.Set(e2b.HeaderSandboxPort, "49999")
+		if token != "" {
+			req.Header.Set(e2b.HeaderAccessToken, token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var sb strings.Builder
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			sb.WriteString(sc.Text() + "\n")
+		}
+		return resp, sb.String()
+	}
+	t.Run("ExecuteNDJSON", func(t *testing.T) {
+		resp, body := do("POST", "/execute", `{"code":"x+1"}`, c.EnvdAccessToken)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d %s", resp.StatusCode, body)
+		}
+		var types []string
+		for _, line := range strings.Split(strings.TrimSpace(body), "\n") {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(line), &m); err != nil {
+				t.Fatalf("line %q: %v", line, err)
+			}
+			types = append(types, m["type"].(string))
+			if m["type"] == "result" && (m["text"] != "2" || m["png"] != "iVBORw0KGgo=" || m["is_main_result"] != true) {
+				t.Fatalf("result line %v", m)
+			}
+			if m["type"] == "number_of_executions" && m["execution_count"] != float64(4) {
+				t.Fatalf("count line %v", m)
+			}
+		}
+		if strings.Join(types, ",") != "stdout,result,number_of_executions,end_of_execution" {
+			t.Fatalf("line types %v", types)
+		}
+		if got := fc.calls[len(fc.calls)-1]; got != "acme "+c.SandboxID+" x+1" {
+			t.Fatalf("the cell ran as %q", got)
+		}
+	})
+	t.Run("ExecuteNeedsToken", func(t *testing.T) {
+		if resp, _ := do("POST", "/execute", `{"code":"x"}`, ""); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("status %d, want 401", resp.StatusCode)
+		}
+	})
+	t.Run("ExecuteError", func(t *testing.T) {
+		resp, body := do("POST", "/execute", `{"code":"bad"}`, c.EnvdAccessToken)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "bad cell") {
+			t.Fatalf("status %d %s", resp.StatusCode, body)
+		}
+	})
+	t.Run("ContextsWithoutToken", func(t *testing.T) {
+		// @e2b/code-interpreter 2.8.0 sends no token on these.
+		resp, body := do("POST", "/contexts", `{"language":"python"}`, "")
+		if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"id":"ctx1"`) {
+			t.Fatalf("create: %d %s", resp.StatusCode, body)
+		}
+		resp, body = do("GET", "/contexts", "", "")
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(body, `[{"id":"ctx1"`) {
+			t.Fatalf("list: %d %s", resp.StatusCode, body)
+		}
+		if resp, _ := do("POST", "/contexts/ctx1/restart", "", ""); resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("restart: %d", resp.StatusCode)
+		}
+		if resp, _ := do("DELETE", "/contexts/ctx1", "", ""); resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("delete: %d", resp.StatusCode)
+		}
+	})
+}
+
+func TestCodePlaneWithoutService(t *testing.T) {
+	h := newHarness(t)
+	c := h.create("acme")
+	req, _ := http.NewRequest("POST", h.url+"/execute", strings.NewReader(`{"code":"1"}`))
+	req.Header.Set(e2b.HeaderSandboxID, c.SandboxID)
+	req.Header.Set(e2b.HeaderSandboxPort, "49999")
+	req.Header.Set(e2b.HeaderAccessToken, c.EnvdAccessToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotImplemented {
+		t.Fatalf("status %d, want 501", resp.StatusCode)
+	}
+}

@@ -1,0 +1,43 @@
+package manager
+
+// This file holds the manager's side of the package mirror (issue #6):
+// it sits among the preview files only because of file ownership while
+// they were written; it belongs with network.go and audit.go.
+
+import (
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/network"
+	"github.com/airlockhq/airlock/internal/pkgcache"
+)
+
+// packageEnver is the optional part of a Network that points package
+// managers at airlock's mirror (network.Manager.PackageEnv).
+type packageEnver interface {
+	PackageEnv(p network.Policy) map[string]string
+}
+
+// PackageEnv is the environment a sandbox with network n gets so that its
+// package managers use the mirror (PIP_INDEX_URL, NPM_CONFIG_REGISTRY,
+// GOPROXY…); nil without a mirror or registry sets. The create request's
+// and template's own variables win over it.
+func (m *Manager) PackageEnv(n api.Network) map[string]string {
+	pe, ok := m.net.(packageEnver)
+	if !ok {
+		return nil
+	}
+	return pe.PackageEnv(toPolicy(n))
+}
+
+// PackageEvent records a package artifact a sandbox fetched or was refused
+// through the mirror (network.Config.PackageAudit) as a package_install
+// event. It only queues.
+func (m *Manager) PackageEvent(ev pkgcache.Event) {
+	if m.audit == nil {
+		return
+	}
+	o, _ := m.ownerOf(ev.SandboxID)
+	m.audit.RecordDetail(audit.Event{
+		Time: ev.Time, Type: audit.TypePackageInstall, Tenant: o.tenant, SandboxID: ev.SandboxID, Template: o.template,
+	}, ev, o.redact())
+}

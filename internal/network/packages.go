@@ -1,0 +1,312 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/pkgcache"
+)
+
+// PackageHost is the name a sandbox reaches airlock's package mirror by:
+// airlock's resolver answers it with the sandbox's gateway, where port 80
+// leads to the mirror. It is answered only in allowlist mode (the only
+// mode with registry sets) and only when the daemon has a mirror.
+const PackageHost = "packages.airlock.internal"
+
+// ReasonDownloadCap refuses or cuts a transfer once the sandbox's download
+// cap is used up.
+const ReasonDownloadCap = "download_cap"
+
+// Mirror timing.
+const (
+	// mirrorReadHeaderTimeout bounds a request head from a sandbox: package
+	// managers send it at once.
+	mirrorReadHeaderTimeout = 10 * time.Second
+	// upstreamIdleTimeout keeps connections to registries for the next
+	// artifact of an install.
+	upstreamIdleTimeout = 90 * time.Second
+)
+
+// UpstreamEnvPrefix, followed by a registry set's name in upper case
+// (PYPI, PYPI_FILES, NPM, GOPROXY, DEBIAN), names an environment variable
+// that replaces the mirror's upstream base URL for the set.
+const UpstreamEnvPrefix = "AIRLOCK_UPSTREAM_"
+
+// DefaultUpstreams returns the package mirror's upstream base URLs: PyPI's
+// fixed ones, the npm registry and Go proxy the daemon's environment
+// configures ($NPM_CONFIG_REGISTRY, $GOPROXY: their first URL), and
+// debianMirror (the host's apt mirror, read at run time: none is ever
+// written into airlock), each replaced by its AIRLOCK_UPSTREAM_<NAME>
+// variable. A set without an upstream is not mirrored (its hosts may still
+// be allowed and reached through the egress proxy).
+func DefaultUpstreams(debianMirror string) map[string]string {
+	out := map[string]string{
+		pkgcache.RegPyPI:      "https://pypi.org",
+		pkgcache.RegPyPIFiles: "https://files.pythonhosted.org",
+	}
+	first := func(list string) string {
+		for _, f := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == '|' }) {
+			if f = strings.TrimSpace(f); strings.HasPrefix(f, "http://") || strings.HasPrefix(f, "https://") {
+				return f
+			}
+		}
+		return ""
+	}
+	for _, v := range []string{"NPM_CONFIG_REGISTRY", "npm_config_registry"} {
+		if u := first(os.Getenv(v)); u != "" {
+			out[pkgcache.RegNPM] = u
+			break
+		}
+	}
+	if u := first(os.Getenv("GOPROXY")); u != "" {
+		out[pkgcache.RegGoProxy] = u
+	}
+	if debianMirror != "" {
+		out[pkgcache.RegDebian] = debianMirror
+	}
+	for _, name := range []string{pkgcache.RegPyPI, pkgcache.RegPyPIFiles, pkgcache.RegNPM, pkgcache.RegGoProxy, pkgcache.RegDebian} {
+		env := UpstreamEnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		if v := os.Getenv(env); v != "" {
+			out[name] = v
+		}
+	}
+	for k, v := range out {
+		out[k] = strings.TrimRight(v, "/")
+	}
+	return out
+}
+
+// PackageEnv returns the environment that points a sandbox's package
+// managers at airlock's mirror for the registry sets policy p allows (and
+// the mirror serves): pip and uv, npm, and the go command. Empty when p
+// allows none. The manager adds it to a sandbox's environment at create;
+// variables the create request sets itself win. Debian needs no variable:
+// apt's plain-HTTP requests to the mirror host are cached by the egress
+// proxy transparently.
+func (m *Manager) PackageEnv(p Policy) map[string]string {
+	if m.mirror == nil || p.Mode != ModeAllowlist || p.Offline {
+		return nil
+	}
+	base := "http://" + PackageHost
+	out := map[string]string{}
+	for _, r := range p.Registries {
+		if !m.mirror.Serves(r) {
+			continue
+		}
+		switch r {
+		case pkgcache.RegPyPI:
+			out["PIP_INDEX_URL"] = base + "/pypi/simple/"
+			out["PIP_TRUSTED_HOST"] = PackageHost
+			out["UV_DEFAULT_INDEX"] = base + "/pypi/simple/"
+			out["UV_INSECURE_HOST"] = PackageHost
+		case pkgcache.RegNPM:
+			out["NPM_CONFIG_REGISTRY"] = base + "/npm/"
+		case pkgcache.RegGoProxy:
+			// The go command reaches the checksum database through the
+			// proxy too (<proxy>/sumdb/…), which the mirror passes on.
+			out["GOPROXY"] = base + "/goproxy"
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// newMirror makes the package mirror of the Manager: nil when no registry
+// set has an upstream.
+func (m *Manager) newMirror() *pkgcache.Mirror {
+	if len(m.cfg.Upstreams) == 0 {
+		return nil
+	}
+	m.upTransport = &http.Transport{
+		DialContext:         m.dialUpstream,
+		TLSClientConfig:     m.cfg.UpstreamTLS,
+		ForceAttemptHTTP2:   true,
+		IdleConnTimeout:     upstreamIdleTimeout,
+		MaxIdleConnsPerHost: 8,
+		TLSHandshakeTimeout: upstreamDialTimeout,
+	}
+	audit := m.cfg.PackageAudit
+	return pkgcache.NewMirror(pkgcache.Config{
+		Store: m.cfg.PackageCache, Upstreams: m.cfg.Upstreams,
+		Client: &http.Client{Transport: m.upTransport},
+		Logger: m.log, Now: m.cfg.Now,
+		Audit: func(ev pkgcache.Event) {
+			if audit != nil {
+				audit(ev)
+			}
+		},
+	})
+}
+
+// publicOnly is the policy the mirror's upstream connections are held to:
+// a registry name must not lead to a private range, the host or a sandbox.
+var publicOnly = &compiled{Mode: ModeAllowlist}
+
+// dialUpstream connects to a registry from the host's namespace, resolving
+// with airlock's upstream resolvers and refusing addresses no sandbox may
+// reach.
+func (m *Manager) dialUpstream(ctx context.Context, _, addr string) (net.Conn, error) {
+	host, portS, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	port, err := strconv.ParseUint(portS, 10, 16)
+	if err != nil {
+		return nil, err
+	}
+	var addrs []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{ip}
+	} else if addrs, err = m.up.lookupA(ctx, strings.ToLower(host)); err != nil {
+		return nil, err
+	}
+	var errs error
+	for _, ip := range addrs {
+		if ok, reason := m.addrVerdict(publicOnly, ip, uint16(port)); !ok {
+			errs = errors.Join(errs, fmt.Errorf("%s resolves to %s: %s", host, ip, reason))
+			continue
+		}
+		c, err := m.ns.dial(ctx, "tcp4", netip.AddrPortFrom(ip, uint16(port)).String())
+		if err == nil {
+			return c, nil
+		}
+		errs = errors.Join(errs, err)
+	}
+	if errs == nil {
+		errs = fmt.Errorf("%s has no ipv4 address", host)
+	}
+	return nil, errs
+}
+
+// registryAllowed reports whether the sandbox may use registry set reg
+// through the mirror now.
+func (a *Attachment) registryAllowed(reg string) bool {
+	c := a.current()
+	return c.Mode == ModeAllowlist && !c.Offline && slices.Contains(c.Registries, reg)
+}
+
+// downloadCap is the download cap in bytes of a sandbox with policy p: the
+// server's, lowered (or, without one, set) by the policy's own.
+func (m *Manager) downloadCap(p Policy) int64 {
+	server, own := m.cfg.MaxDownloadBytes, p.MaxDownloadMB<<20
+	if own > 0 && (server <= 0 || own < server) {
+		return own
+	}
+	return server
+}
+
+// Budget is the sandbox's download cap and what it used so far.
+func (a *Attachment) Budget() *pkgcache.Budget { return a.budget }
+
+// mirrorServer serves one sandbox's view of the mirror on its gateway.
+type mirrorServer struct {
+	srv *http.Server
+	wg  sync.WaitGroup
+}
+
+func (a *Attachment) startMirror(ln net.Listener) *mirrorServer {
+	ms := &mirrorServer{srv: &http.Server{
+		Handler: a.m.mirror.Handler(pkgcache.Sandbox{ID: a.id, Allowed: a.registryAllowed, Budget: a.budget}),
+		// The gateway is reachable from the sandbox alone: no other
+		// client can hold the slots.
+		ReadHeaderTimeout: mirrorReadHeaderTimeout,
+		ErrorLog:          nil,
+	}}
+	ms.wg.Add(1)
+	go func() {
+		defer ms.wg.Done()
+		_ = ms.srv.Serve(ln)
+	}()
+	return ms
+}
+
+func (ms *mirrorServer) close() {
+	_ = ms.srv.Close()
+	ms.wg.Wait()
+}
+
+// serveTransparent answers a plain-HTTP connection to name, a Debian
+// mirror host, from the package mirror: apt's requests go through the
+// cache without any configuration in the sandbox. br replays what was read
+// of the request.
+func (a *Attachment) serveTransparent(c net.Conn, br interface{ Read([]byte) (int, error) }, name string) {
+	h := a.m.mirror.Transparent(pkgcache.Sandbox{ID: a.id, Allowed: a.registryAllowed, Budget: a.budget}, pkgcache.RegDebian, name)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: mirrorReadHeaderTimeout}
+	ln := &oneConnListener{c: &replayConn{Conn: c, r: br}, done: make(chan struct{})}
+	_ = srv.Serve(ln)
+	// Serve returned when the listener ran dry; the connection is served
+	// until it closes.
+	<-ln.done
+	_ = srv.Close()
+}
+
+// oneConnListener hands out one connection, then blocks Accept until that
+// connection is closed.
+type oneConnListener struct {
+	c    net.Conn
+	once sync.Once
+	mu   sync.Mutex
+	used bool
+	done chan struct{}
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	if !l.used {
+		l.used = true
+		l.mu.Unlock()
+		return &notifyConn{Conn: l.c, closed: func() { l.once.Do(func() { close(l.done) }) }}, nil
+	}
+	l.mu.Unlock()
+	<-l.done
+	return nil, net.ErrClosed
+}
+
+func (l *oneConnListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
+func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
+
+type notifyConn struct {
+	net.Conn
+	closeOnce sync.Once
+	closed    func()
+}
+
+func (c *notifyConn) Close() error {
+	err := c.Conn.Close()
+	c.closeOnce.Do(c.closed)
+	return err
+}
+
+// replayConn reads what the proxy already buffered before the socket.
+type replayConn struct {
+	net.Conn
+	r interface{ Read([]byte) (int, error) }
+}
+
+func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// isRegistryHost reports whether name is one of registry set reg's hosts.
+func (m *Manager) isRegistryHost(reg, name string) bool {
+	for _, h := range m.registries[reg] {
+		if suffix, ok := strings.CutPrefix(h, "*"); ok {
+			if strings.HasSuffix(name, suffix) && len(name) > len(suffix) {
+				return true
+			}
+		} else if h == name {
+			return true
+		}
+	}
+	return false
+}

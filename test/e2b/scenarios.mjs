@@ -1,0 +1,294 @@
+// Scenarios that drive airlock with the published E2B SDKs, unchanged.
+// e2b_test.go runs `node scenarios.mjs <name>` once per scenario with
+// E2B_API_URL / E2B_SANDBOX_URL pointing at an in-process airlock and
+// E2B_API_KEY set to an airlock key. A scenario throws on any mismatch.
+import assert from 'node:assert/strict'
+import { Sandbox, CommandExitError, TimeoutError, FileType } from 'e2b'
+import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+// waitFor polls cond until it holds or ms pass.
+async function waitFor(what, cond, ms = 15000) {
+  const end = Date.now() + ms
+  for (;;) {
+    if (await cond()) return
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await sleep(100)
+  }
+}
+
+// withSandbox runs fn on a new sandbox and kills it afterwards.
+async function withSandbox(fn, Cls = Sandbox) {
+  const sbx = await Cls.create()
+  try {
+    await fn(sbx)
+  } finally {
+    await sbx.kill().catch(() => {})
+  }
+}
+
+const scenarios = {
+  // create, list, connect, info, kill.
+  async lifecycle() {
+    const sbx = await Sandbox.create({ metadata: { suite: 'e2b-lifecycle' } })
+    assert.match(sbx.sandboxId, /^sbx_/)
+    assert.equal(await sbx.isRunning(), true)
+
+    const paginator = Sandbox.list({ query: { metadata: { suite: 'e2b-lifecycle' } } })
+    const listed = await paginator.nextItems()
+    assert.deepEqual(listed.map((s) => s.sandboxId), [sbx.sandboxId])
+    assert.equal(listed[0].state, 'running')
+
+    const again = await Sandbox.connect(sbx.sandboxId)
+    const r = await again.commands.run('echo connected')
+    assert.equal(r.stdout, 'connected\n')
+
+    const info = await sbx.getInfo()
+    assert.equal(info.sandboxId, sbx.sandboxId)
+    assert.equal(info.templateId, 'base')
+    assert.equal(info.state, 'running')
+
+    assert.equal(await sbx.kill(), true)
+    assert.equal(await Sandbox.kill(sbx.sandboxId), false, 'killing twice finds nothing')
+    assert.equal(await sbx.isRunning(), false)
+    const after = await Sandbox.list({ query: { metadata: { suite: 'e2b-lifecycle' } } }).nextItems()
+    assert.equal(after.length, 0)
+  },
+
+  // Two sandboxes at once through the same URL: routing by header keeps
+  // them apart.
+  async twoSandboxes() {
+    const [a, b] = await Promise.all([Sandbox.create(), Sandbox.create()])
+    try {
+      await Promise.all([a.files.write('/home/user/who', 'a'), b.files.write('/home/user/who', 'b')])
+      const [ra, rb] = await Promise.all([a.commands.run('cat /home/user/who'), b.commands.run('cat /home/user/who')])
+      assert.equal(ra.stdout, 'a')
+      assert.equal(rb.stdout, 'b')
+    } finally {
+      await Promise.all([a.kill(), b.kill()])
+    }
+  },
+
+  async commandsForeground() {
+    await withSandbox(async (sbx) => {
+      const r = await sbx.commands.run('echo "hi $WHO"; echo oops >&2; pwd', { envs: { WHO: 'e2b' } })
+      assert.equal(r.exitCode, 0)
+      assert.equal(r.stdout, 'hi e2b\n/home/user\n')
+      assert.equal(r.stderr, 'oops\n')
+      const chunks = []
+      await sbx.commands.run('for i in 1 2 3; do echo $i; sleep 0.1; done', { onStdout: (d) => chunks.push(d) })
+      assert.equal(chunks.join(''), '1\n2\n3\n')
+      await assert.rejects(sbx.commands.run('exit 7'), (e) => e instanceof CommandExitError && e.exitCode === 7)
+      const root = await sbx.commands.run('id -un; pwd', { user: 'root', cwd: '/tmp' })
+      assert.equal(root.stdout, 'root\n/tmp\n')
+    })
+  },
+
+  async commandsBackground() {
+    await withSandbox(async (sbx) => {
+      const h = await sbx.commands.run('sleep 1; echo done', { background: true })
+      assert.ok(h.pid > 0)
+      const procs = await sbx.commands.list()
+      assert.ok(procs.some((p) => p.pid === h.pid), `pid ${h.pid} not listed`)
+      await h.disconnect()
+      const again = await sbx.commands.connect(h.pid)
+      const r = await again.wait()
+      assert.equal(r.stdout, 'done\n')
+      await waitFor('the ended command to leave the list', async () =>
+        !(await sbx.commands.list()).some((p) => p.pid === h.pid))
+    })
+  },
+
+  async commandsStdin() {
+    await withSandbox(async (sbx) => {
+      const h = await sbx.commands.run('cat', { background: true, stdin: true })
+      await sbx.commands.sendStdin(h.pid, 'hello ')
+      await h.sendStdin('stdin')
+      await h.closeStdin()
+      const r = await h.wait()
+      assert.equal(r.stdout, 'hello stdin')
+    })
+  },
+
+  async commandsTimeout() {
+    await withSandbox(async (sbx) => {
+      const start = Date.now()
+      await assert.rejects(sbx.commands.run('sleep 30', { timeoutMs: 1000 }), (e) => e instanceof TimeoutError)
+      assert.ok(Date.now() - start < 15000)
+      await waitFor('the timed-out command to be killed', async () => (await sbx.commands.list()).length === 0)
+    })
+  },
+
+  // kill() ends the whole tree: a backgrounded grandchild dies too.
+  async commandsKill() {
+    await withSandbox(async (sbx) => {
+      let out = ''
+      const h = await sbx.commands.run('sleep 1000 & echo $!; wait', { background: true, onStdout: (d) => { out += d } })
+      await waitFor('the child pid', async () => out.includes('\n'))
+      const child = parseInt(out, 10)
+      assert.equal((await sbx.commands.run(`kill -0 ${child}`)).exitCode, 0)
+      assert.equal(await h.kill(), true)
+      await assert.rejects(h.wait(), (e) => e instanceof CommandExitError)
+      await waitFor('the grandchild to die', async () => {
+        try {
+          await sbx.commands.run(`kill -0 ${child}`)
+          return false
+        } catch (e) {
+          if (e instanceof CommandExitError) return true
+          throw e
+        }
+      })
+      assert.equal(await sbx.commands.kill(h.pid), false, 'killing twice finds nothing')
+    })
+  },
+
+  async files() {
+    await withSandbox(async (sbx) => {
+      const info = await sbx.files.write('/home/user/dir/a.txt', 'hello files')
+      assert.equal(info.path, '/home/user/dir/a.txt')
+      assert.equal(await sbx.files.read('/home/user/dir/a.txt'), 'hello files')
+      const bytes = await sbx.files.read('/home/user/dir/a.txt', { format: 'bytes' })
+      assert.equal(Buffer.from(bytes).toString(), 'hello files')
+      await sbx.files.write([
+        { path: 'dir/b.txt', data: 'b' },
+        { path: '/home/user/dir/c.txt', data: new Blob(['c']) },
+      ])
+      const entries = await sbx.files.list('/home/user/dir')
+      assert.deepEqual(entries.map((e) => e.name).sort(), ['a.txt', 'b.txt', 'c.txt'])
+      assert.ok(entries.every((e) => e.type === FileType.FILE))
+      assert.equal(await sbx.files.exists('/home/user/dir/b.txt'), true)
+      assert.equal(await sbx.files.exists('/home/user/dir/none'), false)
+      assert.equal(await sbx.files.makeDir('/home/user/dir/sub'), true)
+      assert.equal(await sbx.files.makeDir('/home/user/dir/sub'), false)
+      await sbx.files.rename('/home/user/dir/a.txt', '/home/user/dir/sub/a.txt')
+      assert.equal((await sbx.commands.run('cat /home/user/dir/sub/a.txt')).stdout, 'hello files')
+      await sbx.files.remove('/home/user/dir/sub')
+      assert.equal(await sbx.files.exists('/home/user/dir/sub'), false)
+      await assert.rejects(sbx.files.read('/home/user/dir/none'))
+      const fi = await sbx.files.getInfo('/home/user/dir/b.txt')
+      assert.equal(fi.size, 1)
+      assert.equal(fi.type, FileType.FILE)
+      // Streams and gzip go as application/octet-stream.
+      const stream = new ReadableStream({ start(c) { c.enqueue(new TextEncoder().encode('streamed')); c.close() } })
+      await sbx.files.write('/home/user/dir/s.txt', stream)
+      await sbx.files.write('/home/user/dir/g.txt', 'gzipped', { gzip: true })
+      assert.equal(await sbx.files.read('/home/user/dir/s.txt'), 'streamed')
+      assert.equal(await sbx.files.read('/home/user/dir/g.txt'), 'gzipped')
+      const blob = await sbx.files.read('/home/user/dir/g.txt', { format: 'blob' })
+      assert.equal(await blob.text(), 'gzipped')
+      const rs = await sbx.files.read('/home/user/dir/s.txt', { format: 'stream' })
+      assert.equal(await new Response(rs).text(), 'streamed')
+    })
+  },
+
+  async pty() {
+    await withSandbox(async (sbx) => {
+      let out = ''
+      const dec = new TextDecoder()
+      const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d, { stream: true }) } })
+      await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size; echo "pty $TERM"\n'))
+      await waitFor('the first answer', async () => out.includes('24 80') && out.includes('pty xterm-256color'))
+      await sbx.pty.resize(term.pid, { cols: 100, rows: 30 })
+      await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size\n'))
+      await waitFor('the resized answer', async () => out.includes('30 100'))
+      await sbx.pty.sendInput(term.pid, new TextEncoder().encode('exit 0\n'))
+      const r = await term.wait()
+      assert.equal(r.exitCode, 0)
+    })
+  },
+
+  async filesWatch() {
+    await withSandbox(async (sbx) => {
+      await sbx.files.makeDir('/home/user/watched')
+      const events = []
+      const w = await sbx.files.watchDir('/home/user/watched', (e) => events.push(e))
+      await sbx.files.write('/home/user/watched/new.txt', 'x')
+      await sbx.commands.run('echo more >> /home/user/watched/new.txt')
+      await waitFor('a create event', async () => events.some((e) => e.name === 'new.txt' && e.type === 'create'))
+      await sbx.files.remove('/home/user/watched/new.txt')
+      await waitFor('a remove event', async () => events.some((e) => e.name === 'new.txt' && e.type === 'remove'))
+      await w.stop()
+    })
+  },
+
+  async setTimeout() {
+    await withSandbox(async (sbx) => {
+      await sbx.setTimeout(600_000)
+      const info = await sbx.getInfo()
+      const left = new Date(info.endAt).getTime() - Date.now()
+      assert.ok(left > 540_000 && left <= 601_000, `endAt is ${left} ms away`)
+      const metrics = await sbx.getMetrics()
+      assert.equal(metrics.length, 1)
+      assert.ok(metrics[0].cpuCount >= 1 && metrics[0].memTotal > 0 && metrics[0].memUsed > 0, JSON.stringify(metrics))
+    })
+  },
+
+  async pauseResume() {
+    await withSandbox(async (sbx) => {
+      await sbx.files.write('/home/user/keep.txt', 'kept')
+      assert.equal(await sbx.pause(), true)
+      assert.equal((await sbx.getInfo()).state, 'paused')
+      const again = await Sandbox.connect(sbx.sandboxId)
+      assert.equal((await again.getInfo()).state, 'running')
+      assert.equal(await again.files.read('/home/user/keep.txt'), 'kept')
+    })
+  },
+
+  // Traffic to a port in the sandbox, routed by header like envd's (the
+  // SDK's getHost(port) builds a hostname instead, so this uses fetch).
+  async ports() {
+    await withSandbox(async (sbx) => {
+      await sbx.files.write('/home/user/www/hello.txt', 'from the sandbox')
+      await sbx.commands.run('cd /home/user/www && exec python3 -m http.server 8000 --bind 127.0.0.1', { background: true, timeoutMs: 0 })
+      const headers = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8000', 'X-Access-Token': sbx.envdAccessToken }
+      let body
+      await waitFor('the web server', async () => {
+        const res = await fetch(`${process.env.E2B_SANDBOX_URL}/hello.txt`, { headers })
+        if (res.status !== 200) return false
+        body = await res.text()
+        return true
+      })
+      assert.equal(body, 'from the sandbox')
+      const denied = await fetch(`${process.env.E2B_SANDBOX_URL}/hello.txt`, { headers: { ...headers, 'X-Access-Token': 'x' } })
+      assert.equal(denied.status, 401)
+      const closed = await fetch(`${process.env.E2B_SANDBOX_URL}/`, { headers: { ...headers, 'E2b-Sandbox-Port': '8001' } })
+      assert.equal(closed.status, 502)
+    }, CodeSandbox)
+  },
+
+  async runCode() {
+    await withSandbox(async (sbx) => {
+      await sbx.runCode('x = 1')
+      const r = await sbx.runCode('x + 1')
+      assert.equal(r.text, '2')
+      const out = await sbx.runCode('print("to stdout")')
+      assert.deepEqual(out.logs.stdout, ['to stdout\n'])
+      const err = await sbx.runCode('1/0')
+      assert.equal(err.error.name, 'ZeroDivisionError')
+      const chart = await sbx.runCode(
+        'import matplotlib.pyplot as plt\n' +
+          'plt.plot([1, 2, 3], [4, 1, 9])\nplt.title("airlock")\nplt.show()',
+        { timeoutMs: 120_000 },
+      )
+      const png = chart.results.find((res) => res.png)
+      assert.ok(png, `no png result in ${JSON.stringify(chart.results.map((x) => x.formats()))}`)
+      assert.equal(Buffer.from(png.png, 'base64').subarray(1, 4).toString(), 'PNG')
+      const ctx = await sbx.createCodeContext()
+      await sbx.runCode('y = 5', { context: ctx })
+      assert.equal((await sbx.runCode('y * 2', { context: ctx })).text, '10')
+    }, CodeSandbox)
+  },
+}
+
+const name = process.argv[2]
+if (!scenarios[name]) {
+  console.error(`unknown scenario ${name}; have: ${Object.keys(scenarios).join(' ')}`)
+  process.exit(2)
+}
+try {
+  await scenarios[name]()
+} catch (e) {
+  console.error(e && e.stack ? e.stack : e)
+  process.exit(1)
+}
