@@ -258,6 +258,7 @@ func (m *Manager) forget(sb *sandbox) {
 		delete(m.live, sb.id)
 	}
 	m.mu.Unlock()
+	m.forgetPreviews(sb.id)
 	clear(sb.secrets)
 }
 

@@ -142,6 +142,7 @@ type SandboxErrorObserver interface {
 // stop managing (sandboxes keep running for the next daemon to re-adopt).
 type Manager struct {
 	cfg      Config
+	preview  previews // exposed ports and the preview token key (preview.go)
 	settings config.Config
 	store    *store.Store
 	drivers  map[string]driver.Driver
@@ -283,6 +284,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
+		preview:  previews{ports: map[string]map[int]bool{}, addr: cfg.Settings.PreviewListen},
 		cfg:      cfg,
 		settings: cfg.Settings,
 		store:    cfg.Store,

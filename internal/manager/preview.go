@@ -22,12 +22,10 @@ import (
 // and its dev tooling need a handful.
 const maxPreviewsPerSandbox = 32
 
-// previews is a Manager's preview state: which ports of which sandbox are
-// exposed, and the key tokens are derived from. It lives beside the
-// Manager (previewsOf) rather than in it, so that previews stay in files of
-// their own. Exposed ports are kept in memory: a restarted daemon keeps
-// the tokens (derived from a key in the data dir) but the ports must be
-// exposed again.
+// previews is a Manager's preview state (its preview field): which ports
+// of which sandbox are exposed, and the key tokens are derived from.
+// Exposed ports are kept in memory: a restarted daemon keeps the tokens
+// (derived from a key in the data dir) but the ports must be exposed again.
 type previews struct {
 	mu    sync.Mutex
 	key   []byte
@@ -35,14 +33,13 @@ type previews struct {
 	ports map[string]map[int]bool // sandbox id → port → public
 }
 
-var previewTables sync.Map // *Manager → *previews
+func (m *Manager) previews() *previews { return &m.preview }
 
-func (m *Manager) previews() *previews {
-	if v, ok := previewTables.Load(m); ok {
-		return v.(*previews)
-	}
-	v, _ := previewTables.LoadOrStore(m, &previews{ports: map[string]map[int]bool{}, addr: m.settings.PreviewListen})
-	return v.(*previews)
+// forgetPreviews drops a gone sandbox's exposed ports.
+func (m *Manager) forgetPreviews(id string) {
+	m.preview.mu.Lock()
+	delete(m.preview.ports, id)
+	m.preview.mu.Unlock()
 }
 
 // SetPreviewAddr tells the manager where the preview listener listens
