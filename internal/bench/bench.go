@@ -50,6 +50,9 @@ type Config struct {
 	// CodeRuns is how many `1+1` cells are timed in a warm code
 	// interpreter context (50 by default; negative skips it).
 	CodeRuns int
+	// NetworkRuns is how many creates with an allowlist network, and as
+	// many with none, are timed (20 by default; negative skips it).
+	NetworkRuns int
 	// Progress receives one line per phase ("" = io.Discard).
 	Progress io.Writer
 }
@@ -71,6 +74,9 @@ func (c *Config) defaults() {
 	}
 	if c.CodeRuns == 0 {
 		c.CodeRuns = 50
+	}
+	if c.NetworkRuns == 0 {
+		c.NetworkRuns = 20
 	}
 	if c.IdleSandboxes == 0 {
 		c.IdleSandboxes = 10
@@ -115,8 +121,11 @@ type Report struct {
 	// Idle is the memory of idle sandboxes, nil when not measured.
 	Idle *IdleMemory
 	// Code is a trivial cell (`1+1`) in a warm code-interpreter context.
-	Code  Samples
-	Notes []string
+	Code Samples
+	// Net and NetNone are create → first result with an allowlist network
+	// and with none, interleaved; nil when not measured.
+	Net, NetNone Samples
+	Notes        []string
 }
 
 // Run measures. It creates and deletes its own sandboxes; a sandbox it made
@@ -266,6 +275,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			r.Idle = nil
 			r.Notes = append(r.Notes, "idle memory not measured: "+err.Error())
+		}
+	}
+
+	if cfg.NetworkRuns > 0 {
+		fmt.Fprintf(cfg.Progress, "create with an allowlist network vs none: %d runs each\n", cfg.NetworkRuns)
+		if r.Net, r.NetNone, err = MeasureNetwork(ctx, c, creq, cfg.NetworkRuns); err != nil {
+			r.Net, r.NetNone = nil, nil
+			r.Notes = append(r.Notes, "network setup not measured: "+err.Error())
 		}
 	}
 
@@ -438,6 +455,9 @@ func (r *Report) Rows() []Row {
 		row.OK = judge(m.RSSBytes <= idleTargetBytes)
 	}
 	rows = append(rows, row)
+	if len(r.Net) > 0 && len(r.NetNone) > 0 {
+		rows = append(rows, NetworkRow(r.Net, r.NetNone))
+	}
 	if len(r.Code) > 0 {
 		rows = append(rows, CodeRow(r.Code))
 	}

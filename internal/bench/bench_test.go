@@ -296,7 +296,7 @@ func TestRunAgainstFakeServer(t *testing.T) {
 	f := &fakeServer{live: map[string]bool{}}
 	c := newBenchClient(t, f.handler())
 	r, err := Run(context.Background(), Config{Client: c, CreateRuns: 3, ExecRuns: 7, FileRuns: 2, FileBytes: 1 << 20,
-		IdleSandboxes: 2, IdleSettle: time.Millisecond, CodeRuns: -1, WorkDir: t.TempDir()})
+		IdleSandboxes: 2, IdleSettle: time.Millisecond, CodeRuns: -1, NetworkRuns: -1, WorkDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
