@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"runtime"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -48,23 +49,37 @@ func (s *Server) asUser(acct *account, fn func() error) error {
 			done <- err
 			return
 		}
-		origUID, origGID := setfsuid(-1), setfsgid(-1)
-		restore := func() bool {
-			ok := setgroups(intsToU32(origGroups)) == nil
-			setfsgid(int(origGID))
-			setfsuid(int(origUID))
-			return ok && setfsuid(-1) == origUID && setfsgid(-1) == origGID
+		var restore func() bool
+		var switched bool
+		if hasFSID() {
+			origUID, origGID := setfsuid(-1), setfsgid(-1)
+			restore = func() bool {
+				ok := setgroups(intsToU32(origGroups)) == nil
+				setfsgid(int(origGID))
+				setfsuid(int(origUID))
+				return ok && setfsuid(-1) == origUID && setfsgid(-1) == origGID
+			}
+			// Groups first: once fsuid is not root the thread may lose
+			// the capability to change them.
+			if setgroups(acct.Groups) == nil {
+				setfsgid(int(acct.Gid))
+				setfsuid(int(acct.Uid))
+				switched = setfsuid(-1) == acct.Uid && setfsgid(-1) == acct.Gid
+			}
+		} else {
+			// gVisor (Debian's 20221219) has no setfsuid: the thread's
+			// effective ids do the same for file access, and the saved
+			// ids (root) let it come back.
+			restore = func() bool {
+				ok := setresuid(-1, 0, -1) == nil
+				ok = setgroups(intsToU32(origGroups)) == nil && ok
+				ok = setresgid(-1, 0, -1) == nil && ok
+				return ok && unix.Geteuid() == 0 && unix.Getegid() == 0
+			}
+			switched = setgroups(acct.Groups) == nil && setresgid(-1, int(acct.Gid), -1) == nil &&
+				setresuid(-1, int(acct.Uid), -1) == nil
 		}
-		// Groups first: once fsuid is not root the thread may lose the
-		// capability to change them.
-		if err := setgroups(acct.Groups); err != nil {
-			restored = restore()
-			done <- errSwitchUser
-			return
-		}
-		setfsgid(int(acct.Gid))
-		setfsuid(int(acct.Uid))
-		if setfsuid(-1) != acct.Uid || setfsgid(-1) != acct.Gid {
+		if !switched {
 			restored = restore()
 			done <- errSwitchUser
 			return
@@ -82,6 +97,37 @@ func (s *Server) asUser(acct *account, fn func() error) error {
 		done <- ferr
 	}()
 	return <-done
+}
+
+var (
+	fsidOnce sync.Once
+	fsidOK   bool
+)
+
+// hasFSID reports whether the kernel implements setfsuid (gVisor of 2022
+// does not: ENOSYS).
+func hasFSID() bool {
+	fsidOnce.Do(func() {
+		_, _, e := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0)
+		fsidOK = e != unix.ENOSYS
+	})
+	return fsidOK
+}
+
+// setresuid and setresgid change the calling thread's ids only (raw
+// syscalls; Go's would change every thread); -1 keeps one.
+func setresuid(r, e, s int) error {
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(r), uintptr(e), uintptr(s)); errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+func setresgid(r, e, s int) error {
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(r), uintptr(e), uintptr(s)); errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 // setfsuid sets the thread's fsuid and returns the previous one; -1 (an

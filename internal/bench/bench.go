@@ -53,6 +53,10 @@ type Config struct {
 	// NetworkRuns is how many creates with an allowlist network, and as
 	// many with none, are timed (20 by default; negative skips it).
 	NetworkRuns int
+	// GVisor measures the gvisor runtime's cold create against a bare
+	// runsc (on GVisorPlatform, "" = ptrace) when the server offers it.
+	GVisor         bool
+	GVisorPlatform string
 	// Progress receives one line per phase ("" = io.Discard).
 	Progress io.Writer
 }
@@ -125,7 +129,10 @@ type Report struct {
 	// Net and NetNone are create → first result with an allowlist network
 	// and with none, interleaved; nil when not measured.
 	Net, NetNone Samples
-	Notes        []string
+	// GVisor and BareRunsc are the gvisor runtime's cold create and a bare
+	// `runsc run` of the same rootfs, interleaved; nil when not measured.
+	GVisor, BareRunsc Samples
+	Notes             []string
 }
 
 // Run measures. It creates and deletes its own sandboxes; a sandbox it made
@@ -283,6 +290,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if r.Net, r.NetNone, err = MeasureNetwork(ctx, c, creq, cfg.NetworkRuns); err != nil {
 			r.Net, r.NetNone = nil, nil
 			r.Notes = append(r.Notes, "network setup not measured: "+err.Error())
+		}
+	}
+
+	if cfg.GVisor {
+		var notes []string
+		r.GVisor, r.BareRunsc, notes, err = GVisorCreate(ctx, cfg, "", cfg.GVisorPlatform)
+		r.Notes = append(r.Notes, notes...)
+		if err != nil {
+			r.GVisor, r.BareRunsc = nil, nil
+			r.Notes = append(r.Notes, "gvisor create not measured: "+err.Error())
 		}
 	}
 
@@ -455,6 +472,16 @@ func (r *Report) Rows() []Row {
 		row.OK = judge(m.RSSBytes <= idleTargetBytes)
 	}
 	rows = append(rows, row)
+	if len(r.GVisor) > 0 {
+		row := Row{Metric: "gvisor create → first command result (cold)", Target: "≤ 1.5× bare runsc", Ratio: math.NaN(),
+			Airlock: fmtP(r.GVisor)}
+		if len(r.BareRunsc) > 0 {
+			row.Baseline = "bare `runsc --platform=ptrace run /bin/true` " + ms(r.BareRunsc.Percentile(50))
+			row.Ratio = ratio(r.GVisor.Percentile(50), r.BareRunsc.Percentile(50))
+			row.OK = judge(row.Ratio <= 1.5)
+		}
+		rows = append(rows, row)
+	}
 	if len(r.Net) > 0 && len(r.NetNone) > 0 {
 		rows = append(rows, NetworkRow(r.Net, r.NetNone))
 	}

@@ -38,6 +38,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.LayeredRuns, "layered-runs", 10, "measured creates from a multi-layer template and from base, interleaved (0 skips)")
 	fs.Int64Var(&fileMB, "file-mb", 100, "size of the file transfer in MiB")
 	fs.IntVar(&cfg.IdleSandboxes, "idle-sandboxes", 10, "idle sandboxes to measure memory on (negative: skip; needs root on the server's host)")
+	fs.BoolVar(&cfg.GVisor, "gvisor", true, "measure the gvisor runtime's cold create against a bare runsc (skipped, with a note, when the server lacks it)")
+	fs.StringVar(&cfg.GVisorPlatform, "gvisor-platform", "ptrace", "runsc platform of the bare baseline (the server's gvisor_platform)")
 	fs.IntVar(&cfg.NetworkRuns, "network-runs", 20, "creates with an allowlist network and with none, interleaved (negative: skip)")
 	fs.IntVar(&cfg.CodeRuns, "code-runs", 50, "`1+1` cells timed in a warm code-interpreter context (negative: skip)")
 	fs.DurationVar(&cfg.IdleSettle, "idle-settle", 2*time.Second, "how long the idle sandboxes idle before the measurement")

@@ -1,17 +1,30 @@
 package daemon
 
 import (
+	"context"
 	"log/slog"
+	"path/filepath"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/driver/gvisor"
 	"github.com/airlockhq/airlock/internal/driver/runc"
 )
+
+// gvisorProbeTimeout bounds the start-up probe of runsc: it starts a
+// throw-away sandbox (≈ 200 ms), and a platform that cannot work hangs.
+const gvisorProbeTimeout = 30 * time.Second
 
 // newDrivers makes every runtime this host may offer. A runtime that cannot
 // start is left out with a warning (the manager then answers
 // runtime_unavailable for it); rd is the runc driver, which template builds
 // use, or nil. closeAll releases them all.
+//
+// gvisor is registered whenever its driver can be made, healthy or not: the
+// manager refuses to create sandboxes on an unhealthy runtime
+// (runtime_unavailable), GET /v1/info shows why it is unhealthy, and
+// sandboxes of an earlier daemon can still be recovered or destroyed.
 func newDrivers(cfg config.Config, agentPath string, log *slog.Logger) (drivers []driver.Driver, rd *runc.Driver, closeAll func()) {
 	var closers []func()
 	rd, err := runc.New(runc.Config{DataDir: cfg.DataDir, AgentPath: agentPath, Logger: log, MaxSandboxes: max(cfg.MaxSandboxes, 1024)})
@@ -21,6 +34,24 @@ func newDrivers(cfg config.Config, agentPath string, log *slog.Logger) (drivers 
 	} else {
 		closers = append(closers, func() { rd.Close() })
 		drivers = append(drivers, rd)
+	}
+	// Its own data dir: uid slots, sandbox dirs and runsc state are per
+	// driver, and its uid ranges start above runc's.
+	gd, err := gvisor.New(gvisor.Config{
+		DataDir: filepath.Join(cfg.DataDir, "gvisor"), AgentPath: agentPath, Logger: log,
+		MaxSandboxes: max(cfg.MaxSandboxes, 1024), Platform: cfg.GVisorPlatform,
+	})
+	if err != nil {
+		log.Warn("gvisor driver unavailable", "err", err)
+	} else {
+		closers = append(closers, func() { gd.Close() })
+		drivers = append(drivers, gd)
+		ctx, cancel := context.WithTimeout(context.Background(), gvisorProbeTimeout)
+		h := gd.Probe(ctx)
+		cancel()
+		if h.State != driver.HealthHealthy {
+			log.Warn("gvisor runtime not usable", "state", h.State, "reason", h.Description)
+		}
 	}
 	return drivers, rd, func() {
 		for i := len(closers) - 1; i >= 0; i-- {

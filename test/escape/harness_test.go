@@ -145,6 +145,9 @@ func startEnv(t *testing.T) *env {
 	// HostDiskSpace asks for more disk than the host has: the server's
 	// maximum must let the request through to the driver's admission.
 	cfg.MaxResources.DiskMB = maxDiskMB
+	// ... and the tenant's disk quota too (its default is finite), so that
+	// the driver's admission is what refuses it on any host.
+	cfg.TenantQuota.DiskMB = 0
 	e := &env{
 		t: t, cfg: cfg, adminKey: "ak_escape_" + token(), logs: &tailBuffer{max: 256 << 10},
 		tr:   http.DefaultTransport.(*http.Transport).Clone(),
@@ -153,7 +156,11 @@ func startEnv(t *testing.T) *env {
 	e.start()
 	// After the driver made its directories: from here on nothing new may
 	// stay behind under the sandboxes dir, and no process of ours.
-	snap := hostcheck.Take(t, filepath.Join(dataDir, "sandboxes"))
+	roots := []string{filepath.Join(dataDir, "sandboxes")}
+	if _, err := os.Stat(filepath.Join(dataDir, "gvisor", "sandboxes")); err == nil {
+		roots = append(roots, filepath.Join(dataDir, "gvisor", "sandboxes")) // the gvisor driver's
+	}
+	snap := hostcheck.Take(t, roots...)
 	t.Cleanup(func() {
 		e.deleteAll()
 		if err := e.stop(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strconv"
@@ -151,13 +152,26 @@ func clip(s string) string {
 // exec runs req to its end and collects its output.
 func (s *sandbox) exec(t *testing.T, req agentproto.ExecRequest) result {
 	t.Helper()
+	r, err := s.run(ctxT(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// errNoExit means an exec's stream ended without its exit event: the
+// agent, or the whole sandbox, went away under it.
+var errNoExit = errors.New("stream ended without an exit event")
+
+// run is exec for a goroutine that must not call t.Fatal: it returns what
+// went wrong instead.
+func (s *sandbox) run(ctx context.Context, req agentproto.ExecRequest) (result, error) {
 	if req.ID == "" {
 		req.ID = newID("ex_")
 	}
-	ctx := ctxT(t)
 	st, err := s.c.Exec(ctx, req)
 	if err != nil {
-		t.Fatalf("Exec %v%q: %v", req.Argv, req.Shell, err)
+		return result{}, fmt.Errorf("Exec %v%q: %w", req.Argv, req.Shell, err)
 	}
 	defer st.Close()
 	var r result
@@ -168,7 +182,7 @@ func (s *sandbox) exec(t *testing.T, req agentproto.ExecRequest) result {
 			break
 		}
 		if err != nil {
-			t.Fatalf("exec %q stream: %v", req.Shell, err)
+			return r, fmt.Errorf("exec %q stream: %w", req.Shell, err)
 		}
 		switch ev.Type {
 		case agentproto.EventOutput:
@@ -183,11 +197,11 @@ func (s *sandbox) exec(t *testing.T, req agentproto.ExecRequest) result {
 			}
 		}
 	}
-	if r.Status == "" {
-		t.Fatalf("exec %q: stream ended without an exit event", req.Shell)
-	}
 	r.Stdout, r.Stderr = out.String(), errb.String()
-	return r
+	if r.Status == "" {
+		return r, fmt.Errorf("exec %q: %w", req.Shell, errNoExit)
+	}
+	return r, nil
 }
 
 // sh runs a shell command as user ("" = the default user).

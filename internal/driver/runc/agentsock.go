@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/cgroups"
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
@@ -64,6 +68,10 @@ func bindAgentSocket(dir string) (*os.File, error) {
 type peer struct {
 	uid uint32 // host uid of the sandbox's root (its uid base); gid likewise
 	pid int    // host pid of its init, 0 if unknown
+	// cgroup, if set, must hold the peer's pid: with Runtime.ListenSocket
+	// the host side of the socket belongs to the runtime's file proxy
+	// (runsc's gofer), a process of the sandbox but not its init.
+	cgroup *cgroups.Group
 }
 
 // dialAgentSocket connects to dir/agent.sock and checks the peer. The file
@@ -132,6 +140,147 @@ func checkPeer(conn net.Conn, want peer) error {
 	if cred.Uid != want.uid || cred.Gid != want.uid || (want.pid > 0 && int(cred.Pid) != want.pid) {
 		return errdefs.Wrap(errdefs.ErrUnavailable, "agent socket answered by pid %d uid %d gid %d, want the sandbox's init (pid %d, uid %d)",
 			cred.Pid, cred.Uid, cred.Gid, want.pid, want.uid)
+	}
+	if want.cgroup != nil && !inCgroup(want.cgroup, int(cred.Pid)) {
+		return errdefs.Wrap(errdefs.ErrUnavailable, "agent socket answered by pid %d, not a process of the sandbox's cgroup %s",
+			cred.Pid, want.cgroup.Path())
+	}
+	return nil
+}
+
+// The agent socket of Runtime.ListenSocket. runsc cannot hand init a socket
+// the daemon bound (it has no --preserve-fds), so the agent listens itself,
+// at socketMountPath/agent.sock inside the sandbox, a bind mount of the
+// host directory <sandbox>/uds: runsc (--host-uds) then makes a real host
+// socket there, which a restarted daemon reconnects to. The directory is a
+// 16 KiB tmpfs (so no way around the disk quota), the sandbox root's (its
+// uid base), mode 0700, mounted into no other sandbox, so no other sandbox
+// can reach it, and handed to host root once the agent listens
+// (sealSocketDir);
+// a symlink or anything but a socket there is refused (dialAgentSocket); DialAgent checks that the peer
+// runs as this sandbox's uid base and is a process of its cgroup.
+
+// socketDirName is the host directory of the agent's own socket.
+const socketDirName = "uds"
+
+// socketDir returns the socket dir of the sandbox in dir, "" if the
+// runtime gets the daemon's socket instead.
+func (d *Driver) socketDir(dir string) string {
+	if !d.cfg.Runtime.ListenSocket {
+		return ""
+	}
+	return filepath.Join(dir, socketDirName)
+}
+
+// socketDirSize bounds the socket dir's tmpfs: while the agent starts the
+// sandbox can write there, and it must not be a way around the disk quota
+// onto the data dir's file system. A socket takes no data.
+const socketDirSize = "size=16k,nr_inodes=16"
+
+// logDirName is the host directory of agent.log with Runtime.ListenSocket:
+// a tmpfs of logDirSize. Under runsc root inside can write to the agent's
+// stdout (/proc/1/fd/1); a file on the data dir's file system would be a
+// way around the disk quota until the janitor's next check. The agent keeps
+// its log under 1 MiB itself.
+const (
+	logDirName = "log"
+	logDirSize = "size=2m,nr_inodes=16"
+)
+
+// makeLogDir mounts the tmpfs of agent.log at dir, root's, mode 0700.
+func makeLogDir(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("creating agent log dir: %w", err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, logDirSize+",mode=0700"); err != nil {
+		return fmt.Errorf("mounting agent log dir: %w", err)
+	}
+	return nil
+}
+
+// sealSocketDir hands the socket dir to host root, mode 0755 (ro true), or
+// back to the sandbox's root, uid, mode 0700. Once the agent listens,
+// nothing needs to write there, and a dir of host root, a uid the
+// sandbox's user namespace does not map, keeps even root inside (the
+// runtime's file proxy acts as the sandbox's root) from replacing the
+// socket the daemon dials, with a symlink to another sandbox's or its own
+// listener, before a daemon restart; connecting needs no write. A read-only
+// remount would not do: the runtime's file proxy works in its own mount
+// namespace, on a copy of the mount. Start opens it again for the next
+// agent.
+func sealSocketDir(dir string, uid uint32, ro bool) error {
+	owner, mode := int(uid), os.FileMode(0o700)
+	if ro {
+		owner, mode = 0, 0o755
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("agent socket dir: %w", err)
+	}
+	if int(st.Uid) == owner && os.FileMode(st.Mode&0o777) == mode {
+		return nil
+	}
+	if err := os.Chown(dir, owner, owner); err != nil {
+		return fmt.Errorf("agent socket dir owner: %w", err)
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		return fmt.Errorf("agent socket dir mode: %w", err)
+	}
+	return nil
+}
+
+// makeSocketDir mounts a tiny tmpfs at dir, owned by the sandbox's root
+// (uid), mode 0700. storage.TeardownDir unmounts it with the sandbox's
+// other mounts.
+func makeSocketDir(dir string, uid uint32) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("creating agent socket dir: %w", err)
+	}
+	opts := fmt.Sprintf("%s,mode=0700,uid=%d,gid=%d", socketDirSize, uid, uid)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("mounting agent socket dir: %w", err)
+	}
+	return nil
+}
+
+// removeStaleSocket removes the socket of an earlier agent in dir.
+func removeStaleSocket(dir string) error {
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening agent socket dir: %w", err)
+	}
+	defer unix.Close(dfd)
+	if err := unix.Unlinkat(dfd, agentSockName, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("removing stale agent socket: %w", err)
+	}
+	return nil
+}
+
+// inCgroup reports whether pid is a process of g.
+func inCgroup(g *cgroups.Group, pid int) bool {
+	for _, p := range cgroupPIDs(g) {
+		if p == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// cgroupPIDs lists the processes of g, read from its first hierarchy that
+// has a cgroup.procs file (every hierarchy holds the same processes).
+func cgroupPIDs(g *cgroups.Group) []int {
+	for _, dir := range g.Dirs() {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		var pids []int
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil && n > 0 {
+				pids = append(pids, n)
+			}
+		}
+		return pids
 	}
 	return nil
 }

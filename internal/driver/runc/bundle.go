@@ -19,6 +19,9 @@ const (
 	// agentFD is the agent's listening socket in the sandbox's init: runc
 	// passes the descriptors it preserves from 3 on.
 	agentFD = 3
+	// socketMountPath is where Runtime.ListenSocket mounts the sandbox's
+	// socket dir: the agent's socket is the only thing in it.
+	socketMountPath = "/.airlock/run"
 	// resolvConfPath is where a joined network namespace's resolver
 	// configuration is mounted.
 	resolvConfPath = "/etc/resolv.conf"
@@ -116,6 +119,9 @@ type bundleParams struct {
 	IDCount   uint32
 	Cgroup    string // cgroupsPath, "/airlock/<id>"
 	SysDir    string // host sysfs of a joined network namespace, "" for a fresh one
+	// SocketDir, when set, is the host directory mounted at socketMountPath
+	// where the agent makes its own listening socket (Runtime.ListenSocket).
+	SocketDir string
 }
 
 // buildSpec returns the OCI runtime spec of one sandbox.
@@ -150,7 +156,7 @@ func buildSpec(p bundleParams) (*specs.Spec, error) {
 			// The agent serves the socket the daemon made and runc
 			// passes (see bindAgentSocket): nothing of the host is
 			// writable from inside for it.
-			Args: []string{agentMountPath, "--fd", strconv.Itoa(agentFD)},
+			Args: agentArgs(p.SocketDir),
 			Env:  []string{sandboxPath},
 			Cwd:  "/",
 			Capabilities: &specs.LinuxCapabilities{
@@ -195,6 +201,10 @@ func buildSpec(p bundleParams) (*specs.Spec, error) {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: resolvConfPath, Type: "bind", Source: p.Spec.ResolvConfPath,
 			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 	}
+	if p.SocketDir != "" {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: socketMountPath, Type: "bind", Source: p.SocketDir,
+			Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+	}
 	if p.Spec.SecretsTmpfs {
 		// Memory, not the disk image: secret values never reach a disk.
 		// Sticky and world-writable so the manager can write the files as
@@ -209,6 +219,15 @@ func buildSpec(p bundleParams) (*specs.Spec, error) {
 	}
 	s.Linux.Seccomp = sc
 	return s, nil
+}
+
+// agentArgs is the agent's command line: it serves the socket runc passes
+// as agentFD, or, with a socket dir, listens on its own socket there.
+func agentArgs(socketDir string) []string {
+	if socketDir != "" {
+		return []string{agentMountPath, "--listen", "unix:" + socketMountPath + "/" + agentSockName}
+	}
+	return []string{agentMountPath, "--fd", strconv.Itoa(agentFD)}
 }
 
 // nofileLimit is RLIMIT_NOFILE of the sandbox: softNofile/maxNofile, each

@@ -8,7 +8,11 @@
 //	sandboxes/<id>/         one sandbox: config.json (the bundle), state.json,
 //	                        rootfs/ and storage/ (internal/storage), run/ (the
 //	                        agent's socket, root's, never mounted into the
-//	                        sandbox), agent.log, runc.log, init.pid
+//	                        sandbox), agent.log, runc.log, init.pid; with
+//	                        Runtime.ListenSocket uds/ (see agentsock.go)
+//
+// Another OCI runtime that speaks runc's command line (gVisor's runsc) runs
+// the same bundles through Config.Runtime: see internal/driver/gvisor.
 //
 // Every directory a sandbox's user namespace must cross (data dir, sandboxes/,
 // the sandbox dir, bin/) is searchable by others: root inside the sandbox is
@@ -91,6 +95,8 @@ type Config struct {
 	DiskReserveMB int64
 	// Logger receives the driver's logs; default slog.Default().
 	Logger *slog.Logger
+	// Runtime is the OCI runtime; the zero value is runc.
+	Runtime Runtime
 }
 
 // Timeouts of the driver's own waits.
@@ -148,6 +154,10 @@ type Driver struct {
 type sandbox struct {
 	id   string
 	proc *reaper.Process // watch of the current init, nil if none
+	// helpers are watches of the runtime's processes that outlive init
+	// and were reparented to the daemon (Runtime.Helpers): they must be
+	// reaped, or runsc waits on their zombies for ever.
+	helpers []*reaper.Process
 	// group and dir are read from the state file once (see paths): they
 	// never change during a sandbox's life.
 	group *cgroups.Group
@@ -190,10 +200,23 @@ func New(cfg Config) (*Driver, error) {
 			cfg.RuncPath = "/usr/sbin/runc"
 		}
 	}
+	rt := &cfg.Runtime
+	if rt.Name == "" {
+		rt.Name = Name
+	}
+	if rt.Isolation == "" {
+		rt.Isolation = driver.IsolationContainer
+	}
+	if rt.Binary == "" {
+		rt.Binary = cfg.RuncPath
+	}
+	if rt.StateDir == "" {
+		rt.StateDir = "runc"
+	}
 	d := &Driver{
 		cfg:         cfg,
-		log:         cfg.Logger.With("driver", Name),
-		runc:        &runcCLI{path: cfg.RuncPath, root: filepath.Join(cfg.DataDir, "runc")},
+		log:         cfg.Logger.With("driver", rt.Name),
+		runc:        &runcCLI{path: rt.Binary, root: filepath.Join(cfg.DataDir, rt.StateDir), global: rt.GlobalArgs},
 		sbxRoot:     filepath.Join(cfg.DataDir, "sandboxes"),
 		sandboxes:   map[string]*sandbox{},
 		statfs:      unix.Statfs,
@@ -455,14 +478,14 @@ func installAgent(src, dst string) (string, error) {
 	return dst, nil
 }
 
-// Name is "runc".
-func (d *Driver) Name() string { return Name }
+// Name is "runc", or the name of Config.Runtime.
+func (d *Driver) Name() string { return d.rtName() }
 
 // Capabilities of runc: container isolation, freezer pause, a disk quota
 // through the loop-mounted writable layer; no memory snapshots (no CRIU).
 func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
-		Isolation:    driver.IsolationContainer,
+		Isolation:    d.cfg.Runtime.Isolation,
 		Pause:        true,
 		DiskQuota:    true,
 		NetworkModes: []driver.NetworkMode{driver.NetworkNone, driver.NetworkAllowlist, driver.NetworkOpen},
@@ -547,6 +570,9 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle
 	if err := os.Mkdir(filepath.Join(dir, "run"), 0o700); err != nil {
 		return nil, fmt.Errorf("creating agent run dir: %w", err)
 	}
+	if d.cfg.Runtime.RunArgs != nil {
+		st.RunArgs = d.cfg.Runtime.RunArgs(spec)
+	}
 	if err := st.save(); err != nil {
 		return nil, err
 	}
@@ -563,6 +589,15 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle
 			log.Error("rolling back sandbox storage", "err", err)
 		}
 	})
+	if d.cfg.Runtime.ListenSocket {
+		// Rolled back by the storage teardown, like the sysfs below.
+		if err := makeSocketDir(filepath.Join(dir, socketDirName), st.UIDBase); err != nil {
+			return nil, err
+		}
+		if err := makeLogDir(filepath.Join(dir, logDirName)); err != nil {
+			return nil, err
+		}
+	}
 	var sysDir string
 	if spec.NetNSPath != "" {
 		// Rolled back by the storage teardown above: it unmounts every
@@ -577,14 +612,20 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle
 	s, err := buildSpec(bundleParams{
 		Spec: spec, Rootfs: rootfs.Path(), AgentPath: d.agentPath,
 		UIDBase: st.UIDBase, IDCount: st.IDCount, Cgroup: st.Cgroup, SysDir: sysDir,
+		SocketDir: d.socketDir(dir),
 	})
 	if err != nil {
 		return nil, err
 	}
+	if d.cfg.Runtime.EditSpec != nil {
+		if err := d.cfg.Runtime.EditSpec(s, spec, dir); err != nil {
+			return nil, fmt.Errorf("adapting bundle: %w", err)
+		}
+	}
 	if err := writeSpec(dir, s); err != nil {
 		return nil, fmt.Errorf("writing bundle: %w", err)
 	}
-	h, err := st.handle()
+	h, err := st.handle(d.rtName())
 	if err != nil {
 		return nil, err
 	}
@@ -614,7 +655,16 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		case "running", "paused", "created", "creating":
 			return errdefs.Wrap(errdefs.ErrInvalidState, "sandbox %s is %s", id, cs.Status)
 		}
-		// A stopped container keeps its id in runc until deleted.
+		// A stopped container keeps its id in runc until deleted; the
+		// runtime's helpers must be gone first (runsc waits for them).
+		if d.cfg.Runtime.Helpers {
+			hctx, cancel := context.WithTimeout(ctx, killWait)
+			err := d.killHelpers(hctx, id)
+			cancel()
+			if err != nil {
+				return err
+			}
+		}
 		if err := d.runc.delete(ctx, id); err != nil && !errdefs.IsNotFound(err) {
 			return err
 		}
@@ -622,22 +672,35 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		return err
 	}
 	dir := st.Dir
-	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(d.agentLog(dir), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("opening agent log: %w", err)
 	}
 	defer logf.Close()
-	// A fresh socket for every start: the one of an earlier init died
-	// with it.
-	sock, err := bindAgentSocket(filepath.Join(dir, "run"))
-	if err != nil {
-		return fmt.Errorf("starting sandbox %s: %w", id, err)
+	var extra []*os.File
+	if d.cfg.Runtime.ListenSocket {
+		// The agent makes its own socket; an earlier one died with the
+		// earlier init and would only answer "refused".
+		if err := sealSocketDir(filepath.Join(dir, socketDirName), st.UIDBase, false); err != nil {
+			return fmt.Errorf("starting sandbox %s: %w", id, err)
+		}
+		if err := removeStaleSocket(filepath.Join(dir, socketDirName)); err != nil {
+			return fmt.Errorf("starting sandbox %s: %w", id, err)
+		}
+	} else {
+		// A fresh socket for every start: the one of an earlier init died
+		// with it.
+		sock, err := bindAgentSocket(filepath.Join(dir, "run"))
+		if err != nil {
+			return fmt.Errorf("starting sandbox %s: %w", id, err)
+		}
+		defer sock.Close() // the init keeps its own copy
+		extra = append(extra, sock)
 	}
-	defer sock.Close() // the init keeps its own copy
 	pidFile := filepath.Join(dir, "init.pid")
 	os.Remove(pidFile)
 	t0 := time.Now()
-	if err := d.runc.run(ctx, id, dir, pidFile, filepath.Join(dir, "runc.log"), logf, sock); err != nil {
+	if err := d.runc.run(ctx, id, dir, pidFile, filepath.Join(dir, "runc.log"), logf, st.RunArgs, extra...); err != nil {
 		// runc may leave a container record behind on failure.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
@@ -654,9 +717,12 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		return fmt.Errorf("bad init pid %q", b)
 	}
 	d.watch(id, pid)
+	d.watchHelpers(id, pid)
 	// Lowering a score needs CAP_SYS_RESOURCE in the host's namespace, which
 	// only the daemon has.
-	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte(strconv.Itoa(oomScoreAdj)), 0); err != nil {
+	if d.cfg.Runtime.KeepOOMScore {
+		// nothing to lower
+	} else if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte(strconv.Itoa(oomScoreAdj)), 0); err != nil {
 		// Without CAP_SYS_RESOURCE (some CI containers) this fails for
 		// every sandbox: say so once.
 		d.oomWarn.Do(func() { log.Warn("cannot lower agent oom score; the OOM killer may pick the agent", "err", err) })
@@ -707,6 +773,186 @@ func (d *Driver) forget(id string) {
 	if s != nil && s.proc != nil {
 		s.proc.Close()
 	}
+	if s != nil {
+		for _, h := range s.helpers {
+			h.Close()
+		}
+	}
+}
+
+// watchHelpers watches the processes of id's cgroup, other than init,
+// whose parent is the daemon: the runtime's helpers, which a detached run
+// leaves to the daemon (its subreaper) to reap.
+func (d *Driver) watchHelpers(id string, initPid int) {
+	if !d.cfg.Runtime.Helpers {
+		return
+	}
+	self := os.Getpid()
+	var ws []*reaper.Process
+	for _, pid := range cgroupPIDs(d.cg.Group(d.cgroupPath(id))) {
+		if pid == initPid || parentPid(pid) != self {
+			continue
+		}
+		if p, err := reaper.Watch(pid); err == nil {
+			ws = append(ws, p)
+		}
+	}
+	d.mu.Lock()
+	s := d.sandboxes[id]
+	if s == nil {
+		s = &sandbox{id: id}
+		d.sandboxes[id] = s
+	}
+	old := s.helpers
+	s.helpers = ws
+	d.mu.Unlock()
+	for _, h := range old {
+		h.Close()
+	}
+}
+
+// nobodyUID is the host uid runsc runs its Sentry and the ptrace stubs as.
+const nobodyUID = 65534
+
+// isRuntimeZombie reports whether pid is a dead process of a sandbox
+// runtime left to the daemon: a zombie child of the daemon, named "exe"
+// (runsc re-executes itself) and running as runsc's uid or one of the
+// driver's sandbox uids. That is never a child os/exec waits for: those
+// are runtime CLIs (named after their binary) and the idmap helper (which
+// runs as host root).
+func (d *Driver) isRuntimeZombie(pid, self int) bool {
+	st, ok := readStat(pid)
+	if !ok || st.state != 'Z' || st.comm != "exe" || st.ppid != self {
+		return false
+	}
+	uid, ok := realUID(pid)
+	if !ok {
+		return false
+	}
+	end := uint64(d.cfg.UIDRangeStart) + uint64(d.cfg.MaxSandboxes)*uint64(d.cfg.IDCount)
+	return uid == nobodyUID || (uid >= d.cfg.UIDRangeStart && uint64(uid) < end)
+}
+
+// reapRuntimeZombies reaps every runtime zombie (isRuntimeZombie) and
+// returns how many. runsc's ptrace stubs are children of its Sentry: when
+// it dies they are reparented to the daemon, the subreaper, and nobody
+// else would reap them.
+func (d *Driver) reapRuntimeZombies() int {
+	self := os.Getpid()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !d.isRuntimeZombie(pid, self) {
+			continue
+		}
+		var info unix.Siginfo
+		if unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG, nil) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// reapSnapshot waits until every process of snap (pid and start time,
+// taken from the sandbox's cgroup before its init was killed) is gone,
+// reaping those that died as the daemon's children.
+func (d *Driver) reapSnapshot(ctx context.Context, snap map[int]uint64) error {
+	self := os.Getpid()
+	for {
+		left := 0
+		for pid, start := range snap {
+			st, ok := readStat(pid)
+			if !ok || st.start != start {
+				delete(snap, pid) // gone (or its pid reused)
+				continue
+			}
+			if st.state == 'Z' && st.ppid == self {
+				var info unix.Siginfo
+				if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG, nil); err == nil {
+					delete(snap, pid)
+					continue
+				}
+			}
+			left++
+		}
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d runtime processes not gone: %w", left, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// snapshotCgroup returns the processes of g with their start times.
+func snapshotCgroup(g *cgroups.Group) map[int]uint64 {
+	snap := map[int]uint64{}
+	for _, pid := range cgroupPIDs(g) {
+		if st, ok := readStat(pid); ok {
+			snap[pid] = st.start
+		}
+	}
+	return snap
+}
+
+// realUID returns the real uid of pid.
+func realUID(pid int) (uint32, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				return 0, false
+			}
+			n, err := strconv.ParseUint(f[0], 10, 32)
+			return uint32(n), err == nil
+		}
+	}
+	return 0, false
+}
+
+// procStat is what reapZombies reads of /proc/PID/stat.
+type procStat struct {
+	comm  string
+	state byte
+	ppid  int
+	start uint64 // start time in clock ticks after boot
+}
+
+func readStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	i, j := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+	if i < 0 || j < i {
+		return procStat{}, false
+	}
+	f := strings.Fields(string(b[j+1:]))
+	if len(f) < 2 || len(f[0]) != 1 {
+		return procStat{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	var start uint64
+	if len(f) > 19 {
+		start, _ = strconv.ParseUint(f[19], 10, 64)
+	}
+	return procStat{comm: string(b[i+1 : j]), state: f[0][0], ppid: ppid, start: start}, true
+}
+
+// parentPid returns the parent of pid, 0 if unknown.
+func parentPid(pid int) int {
+	st, _ := readStat(pid)
+	return st.ppid
 }
 
 // waitInit waits until id's init (pid) is gone or ctx is done, reaping it
@@ -771,6 +1017,29 @@ func (d *Driver) Stop(ctx context.Context, id string, timeout time.Duration) err
 // kills every other process in it when init dies, and init's end is only
 // reported once they are gone. pid is init's pid if known, 0 to ask runc.
 func (d *Driver) killAll(ctx context.Context, id string, pid int) error {
+	if !d.cfg.Runtime.Helpers {
+		return d.killInit(ctx, id, pid)
+	}
+	// The runtime's processes, taken before init dies: its children are
+	// then reparented to the daemon, and a zombie no longer shows its
+	// cgroup.
+	snap := snapshotCgroup(d.cg.Group(d.cgroupPath(id)))
+	if err := d.killInit(ctx, id, pid); err != nil {
+		return err
+	}
+	hctx, cancel := context.WithTimeout(ctx, killWait)
+	defer cancel()
+	if err := d.killHelpers(hctx, id); err != nil {
+		return err
+	}
+	if err := d.reapSnapshot(hctx, snap); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// killInit is killAll without the runtime's helpers.
+func (d *Driver) killInit(ctx context.Context, id string, pid int) error {
 	p := d.proc(id)
 	if p == nil || (pid != 0 && p.Pid() != pid) {
 		if pid == 0 {
@@ -796,7 +1065,12 @@ func (d *Driver) killAll(ctx context.Context, id string, pid int) error {
 		return nil
 	default:
 	}
-	if frozen, _ := d.cg.Group(d.cgroupPath(id)).Frozen(); frozen {
+	frozen, _ := d.cg.Group(d.cgroupPath(id)).Frozen()
+	if !frozen && d.cfg.Runtime.PausesItself {
+		cs, err := d.runc.state(ctx, id)
+		frozen = err == nil && cs.Status == "paused"
+	}
+	if frozen {
 		if err := d.runc.resume(ctx, id); err != nil {
 			return fmt.Errorf("thawing sandbox %s: %w", id, err)
 		}
@@ -807,6 +1081,48 @@ func (d *Driver) killAll(ctx context.Context, id string, pid int) error {
 	wctx, cancel := context.WithTimeout(ctx, killWait)
 	defer cancel()
 	return d.waitInit(wctx, id, 0)
+}
+
+// killHelpers kills what the runtime left in the sandbox's cgroup after its
+// init ended and waits until the cgroup is empty. Only the sandbox's own
+// processes are there: the runtime put them there.
+func (d *Driver) killHelpers(ctx context.Context, id string) error {
+	g := d.cg.Group(d.cgroupPath(id))
+	for {
+		pids := cgroupPIDs(g)
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			if err := unix.Kill(pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("killing sandbox %s runtime helper %d: %w", id, pid, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sandbox %s runtime helpers survive: %w", id, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	// Stubs of a Sentry that died on its own before (an OOM kill) are
+	// zombies of the daemon already.
+	d.reapRuntimeZombies()
+	// A dead process leaves its cgroup at once but stays a zombie until
+	// its parent reaps it; the watched ones are the daemon's to reap.
+	d.mu.Lock()
+	var hs []*reaper.Process
+	if s := d.sandboxes[id]; s != nil {
+		hs = s.helpers
+	}
+	d.mu.Unlock()
+	for _, h := range hs {
+		select {
+		case <-h.Done():
+		case <-ctx.Done():
+			return fmt.Errorf("sandbox %s runtime helper %d not reaped: %w", id, h.Pid(), ctx.Err())
+		}
+	}
+	return nil
 }
 
 // Destroy kills every process and removes the sandbox's cgroups, mounts, loop
@@ -909,7 +1225,7 @@ func (d *Driver) Recover(ctx context.Context, h *driver.Handle) error {
 	if h == nil {
 		return errdefs.Wrap(errdefs.ErrInvalidArgument, "nil handle")
 	}
-	if h.Driver != "" && h.Driver != Name {
+	if h.Driver != "" && h.Driver != d.rtName() {
 		return errdefs.Wrap(errdefs.ErrInvalidArgument, "handle of driver %q", h.Driver)
 	}
 	if h.Version > stateVersion {
@@ -935,6 +1251,7 @@ func (d *Driver) Recover(ctx context.Context, h *driver.Handle) error {
 	if p := d.proc(h.ID); p == nil {
 		return errdefs.Wrap(errdefs.ErrNotFound, "sandbox %s init is gone", h.ID)
 	}
+	d.watchHelpers(h.ID, cs.Pid)
 	if st.Pid != cs.Pid {
 		st.Pid = cs.Pid
 		if err := st.save(); err != nil {
@@ -1028,6 +1345,9 @@ func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 		return nil, err
 	}
 	runDir := filepath.Join(st.Dir, "run")
+	if d.cfg.Runtime.ListenSocket {
+		runDir = filepath.Join(st.Dir, socketDirName)
+	}
 	wait := dialRetry
 	for try := 0; ; try++ {
 		want := peer{uid: st.UIDBase, pid: st.Pid}
@@ -1035,7 +1355,18 @@ func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 		if p != nil {
 			want.pid = p.Pid()
 		}
+		if d.cfg.Runtime.ListenSocket {
+			// The runtime's file proxy, not init, listens on the host
+			// side: the peer must be a process of the sandbox's cgroup.
+			want.pid, want.cgroup = 0, d.cg.Group(st.Cgroup)
+		}
 		conn, err := dialAgentSocket(ctx, runDir, want)
+		if err == nil && d.cfg.Runtime.ListenSocket {
+			if err := sealSocketDir(runDir, st.UIDBase, true); err != nil {
+				conn.Close()
+				return nil, fmt.Errorf("connecting to sandbox %s agent: %w", id, err)
+			}
+		}
 		if err == nil {
 			return conn, nil
 		}
@@ -1179,14 +1510,28 @@ func (d *Driver) logJanitor() {
 			for _, e := range ents {
 				d.capLog(filepath.Join(d.sbxRoot, e.Name()))
 			}
+			if d.cfg.Runtime.Helpers {
+				// A sandbox whose runtime died on its own (an OOM
+				// kill) left its stubs to the daemon.
+				d.reapRuntimeZombies()
+			}
 		}
 	}
+}
+
+// agentLog is the agent's stdout and stderr on the host; with
+// Runtime.ListenSocket on a small tmpfs (see logDirName).
+func (d *Driver) agentLog(dir string) string {
+	if d.cfg.Runtime.ListenSocket {
+		return filepath.Join(dir, logDirName, "agent.log")
+	}
+	return filepath.Join(dir, "agent.log")
 }
 
 // capLog truncates dir/agent.log once it exceeds agentLogMax. The agent
 // writes with O_APPEND, so its next line lands at the new end.
 func (d *Driver) capLog(dir string) {
-	p := filepath.Join(dir, "agent.log")
+	p := d.agentLog(dir)
 	if fi, err := os.Stat(p); err == nil && fi.Size() > agentLogMax {
 		if err := os.Truncate(p, 0); err == nil {
 			d.log.Info("agent log truncated", "path", p, "size", fi.Size())

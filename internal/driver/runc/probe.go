@@ -18,11 +18,12 @@ import (
 // binary, the agent, cgroup controllers for the limits, user namespaces and
 // idmapped mounts.
 func (d *Driver) Probe(ctx context.Context) driver.Health {
+	bin := filepath.Base(d.runc.path)
 	if os.Geteuid() != 0 {
-		return driver.Health{State: driver.HealthUndetected, Description: "the runc driver needs root"}
+		return driver.Health{State: driver.HealthUndetected, Description: "the " + d.rtName() + " driver needs root"}
 	}
-	if _, err := os.Stat(d.cfg.RuncPath); err != nil {
-		return driver.Health{State: driver.HealthUndetected, Description: "runc not found (install the Debian package runc)"}
+	if _, err := os.Stat(d.runc.path); err != nil {
+		return driver.Health{State: driver.HealthUndetected, Description: bin + " not found at " + d.runc.path + " (install the Debian package " + bin + ")"}
 	}
 	ver, err := d.runc.version(ctx)
 	if err != nil {
@@ -56,9 +57,9 @@ func (d *Driver) Probe(ctx context.Context) driver.Health {
 		problems = append(problems, "user namespaces with idmapped mounts unusable: "+err.Error())
 	}
 	if len(problems) > 0 {
-		return driver.Health{State: driver.HealthUnhealthy, Description: "runc " + ver + ": " + strings.Join(problems, "; ")}
+		return driver.Health{State: driver.HealthUnhealthy, Description: bin + " " + ver + ": " + strings.Join(problems, "; ")}
 	}
-	return driver.Health{State: driver.HealthHealthy, Description: "runc " + ver + ", cgroup " + h.Mode().String()}
+	return driver.Health{State: driver.HealthHealthy, Description: bin + " " + ver + ", cgroup " + h.Mode().String()}
 }
 
 // probeIDMap makes and removes an idmapped mount of a scratch directory with

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +23,8 @@ import (
 type runcCLI struct {
 	path string // runc binary
 	root string // runc state directory (--root)
+	// global are flags before every subcommand (Runtime.GlobalArgs).
+	global []string
 }
 
 // containerState is the JSON `runc state` prints.
@@ -38,7 +41,8 @@ type containerState struct {
 // container's own environment comes from config.json, and nothing of the
 // daemon's (tokens, proxies) should reach runc or what it starts.
 func (r *runcCLI) command(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, r.path, append([]string{"--root", r.root}, args...)...)
+	all := append([]string{"--root", r.root}, r.global...)
+	cmd := exec.CommandContext(ctx, r.path, append(all, args...)...)
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	// A signal to the daemon's process group (Ctrl-C) must not reach runc
 	// or, through it, a container init.
@@ -63,14 +67,14 @@ func (r *runcCLI) exec(ctx context.Context, args ...string) ([]byte, error) {
 // messages go to logPath (JSON lines); the container's stdout and stderr
 // go to stdio, which must be a file: a pipe would be held open by the
 // container for ever. The container's init gets extra as descriptors 3, 4…
-// (--preserve-fds).
-func (r *runcCLI) run(ctx context.Context, id, bundleDir, pidFile, logPath string, stdio *os.File, extra ...*os.File) error {
+// (--preserve-fds). flags come before the subcommand.
+func (r *runcCLI) run(ctx context.Context, id, bundleDir, pidFile, logPath string, stdio *os.File, flags []string, extra ...*os.File) error {
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
 	}
 	defer null.Close()
-	args := []string{"--log", logPath, "--log-format", "json", "run", "--detach", "--pid-file", pidFile, "--bundle", bundleDir}
+	args := append(slices.Clone(flags), "--log", logPath, "--log-format", "json", "run", "--detach", "--pid-file", pidFile, "--bundle", bundleDir)
 	if len(extra) > 0 {
 		args = append(args, "--preserve-fds", strconv.Itoa(len(extra)))
 	}
@@ -83,10 +87,14 @@ func (r *runcCLI) run(ctx context.Context, id, bundleDir, pidFile, logPath strin
 	return nil
 }
 
-// exists reports whether runc has a record of container id, without the
-// cost of running runc.
+// exists reports whether the runtime has a record of container id, without
+// the cost of running it: runc keeps a directory per container, runsc a
+// state file per container of a sandbox (here one, of the same id).
 func (r *runcCLI) exists(id string) bool {
-	_, err := os.Stat(filepath.Join(r.root, id))
+	if _, err := os.Stat(filepath.Join(r.root, id)); err == nil {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(r.root, id+"_sandbox:"+id+".state"))
 	return err == nil
 }
 
@@ -131,19 +139,20 @@ func (r *runcCLI) resume(ctx context.Context, id string) error {
 	return err
 }
 
-var versionRE = regexp.MustCompile(`runc version (\S+)`)
+var versionRE = regexp.MustCompile(`^\S+ version (\S+)`)
 
-// version returns runc's version ("1.1.5+ds1").
+// version returns the runtime's version ("1.1.5+ds1", runsc's
+// "0.0~20221219.0").
 func (r *runcCLI) version(ctx context.Context) (string, error) {
 	cmd := exec.CommandContext(ctx, r.path, "--version")
 	cmd.Env = []string{}
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("runc --version: %w", err)
+		return "", fmt.Errorf("%s --version: %w", filepath.Base(r.path), err)
 	}
 	m := versionRE.FindSubmatch(out)
 	if m == nil {
-		return "", fmt.Errorf("runc --version: unexpected output %q", firstLine(out))
+		return "", fmt.Errorf("%s --version: unexpected output %q", filepath.Base(r.path), firstLine(out))
 	}
 	return string(m[1]), nil
 }
@@ -173,17 +182,21 @@ func lastLogError(path string) []byte {
 	if err != nil {
 		return nil
 	}
-	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
-	for i := len(lines) - 1; i >= 0; i-- {
+	// A stream of objects: runc ends each with a newline, runsc does not.
+	var last []byte
+	dec := json.NewDecoder(bytes.NewReader(b))
+	for {
 		var e struct {
 			Level string `json:"level"`
 			Msg   string `json:"msg"`
 		}
-		if json.Unmarshal(lines[i], &e) == nil && (e.Level == "error" || e.Level == "fatal") {
-			return []byte(e.Msg)
+		if err := dec.Decode(&e); err != nil {
+			return last
+		}
+		if e.Level == "error" || e.Level == "fatal" {
+			last = []byte(e.Msg)
 		}
 	}
-	return nil
 }
 
 func lastLine(b []byte) string {

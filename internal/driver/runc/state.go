@@ -33,6 +33,9 @@ type sandboxState struct {
 	Started bool `json:"started,omitempty"`
 	// Pid is the host pid of the init last started.
 	Pid int `json:"pid,omitempty"`
+	// RunArgs are the runtime flags of its run (Runtime.RunArgs), fixed
+	// at Create so that a restart runs it the same way.
+	RunArgs []string `json:"run_args,omitempty"`
 }
 
 func stateFile(dir string) string { return filepath.Join(dir, "state.json") }

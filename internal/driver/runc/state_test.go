@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 
@@ -104,15 +105,16 @@ func TestStateRoundTrip(t *testing.T) {
 	if _, err := loadState(dir); !errdefs.IsNotFound(err) {
 		t.Fatalf("loadState of an empty dir = %v", err)
 	}
-	st := &sandboxState{ID: "sbx_1", Slot: 2, UIDBase: 3 << 16, IDCount: 65536, Dir: dir, Cgroup: "/airlock/sbx_1", Started: true, Pid: 42}
+	st := &sandboxState{ID: "sbx_1", Slot: 2, UIDBase: 3 << 16, IDCount: 65536, Dir: dir, Cgroup: "/airlock/sbx_1", Started: true, Pid: 42,
+		RunArgs: []string{"--network=none"}}
 	if err := st.save(); err != nil {
 		t.Fatal(err)
 	}
 	got, err := loadState(dir)
-	if err != nil || *got != *st {
+	if err != nil || !reflect.DeepEqual(got, st) {
 		t.Fatalf("loadState = %+v, %v", got, err)
 	}
-	h, err := st.handle()
+	h, err := st.handle(Name)
 	if err != nil || h.ID != "sbx_1" || h.Driver != Name || h.Version != stateVersion || len(h.State) == 0 {
 		t.Fatalf("handle = %+v, %v", h, err)
 	}
