@@ -171,7 +171,7 @@ func (s *sandbox) run(ctx context.Context, req agentproto.ExecRequest) (result, 
 	}
 	st, err := s.c.Exec(ctx, req)
 	if err != nil {
-		return result{}, fmt.Errorf("Exec %v%q: %w", req.Argv, req.Shell, err)
+		return result{}, fmt.Errorf("exec %v%q: %w", req.Argv, req.Shell, err)
 	}
 	defer st.Close()
 	var r result
