@@ -70,6 +70,7 @@ type Server struct {
 	reaperErr error
 	execs     execTable
 	bg        sync.WaitGroup // follow and stdin goroutines
+	watches   watchSlots
 
 	startMu sync.RWMutex // held for reading while an exec starts
 
@@ -380,6 +381,8 @@ func (s *Server) dispatch(ctx context.Context, st stream, fr *agentproto.FrameRe
 	case agentproto.OpReadFile, agentproto.OpWriteFile, agentproto.OpStat, agentproto.OpList,
 		agentproto.OpMkdir, agentproto.OpMove, agentproto.OpRemove, agentproto.OpTarOut, agentproto.OpTarIn:
 		return s.handleFile(ctx, st, fr, fw, req)
+	case agentproto.OpWatch:
+		return s.handleWatch(ctx, st, fr, fw, req)
 	default:
 		return agentproto.Response{}, &agentproto.Error{Code: agentproto.CodeUnsupported, Message: fmt.Sprintf("unknown op %q", req.Op)}
 	}

@@ -19,6 +19,11 @@
 //     the client sends Data frames and an End frame; the agent answers with a
 //     final Response. The agent may send a failing Response at any time and
 //     stop reading; the client must stop sending when it sees one.
+//   - OpWatch: after an OK Response (the watch is in place) the agent sends
+//     Header frames, each a JSON WatchBatch, until the client closes the
+//     stream. A watch that ends by itself (its directory was removed or
+//     moved away) ends with an End frame; a failing one with a Header frame
+//     holding a failing Response.
 //   - every other Op: just the Response.
 //
 // Direct connections. Where the transport can be dialled more than once (a
@@ -66,6 +71,7 @@ const (
 	OpRemove    Op = "remove"
 	OpTarOut    Op = "tar_out"
 	OpTarIn     Op = "tar_in"
+	OpWatch     Op = "watch"
 )
 
 // Exec statuses. StatusRunning is the only non-final one.
@@ -246,6 +252,56 @@ type FileInfo struct {
 	LinkTarget string `json:"link_target,omitempty"`
 }
 
+// Watch event types.
+const (
+	WatchCreate = "create"
+	WatchWrite  = "write"
+	WatchRemove = "remove"
+	// WatchRename is a rename inside the watched tree: From is the old
+	// path, Path the new one. A file moved out of the tree is a
+	// WatchRemove, one moved in a WatchCreate.
+	WatchRename = "rename"
+	// WatchChmod is a change of mode, owner, timestamps or link count.
+	WatchChmod = "chmod"
+	// WatchOverflow says that events were lost (the agent's or the
+	// kernel's queue was full, or the tree has more directories than a
+	// watch may hold): a client that keeps a view of the tree re-reads it.
+	WatchOverflow = "overflow"
+)
+
+// Limits of OpWatch.
+const (
+	// MaxWatchDirs bounds the directories one watch holds (one inotify
+	// watch each, charged to the sandbox's kernel memory).
+	MaxWatchDirs = 8192
+	// MaxWatchQueue bounds the events a watch queues for a client that
+	// reads slower than the tree changes; past it they are dropped and one
+	// WatchOverflow event says so.
+	MaxWatchQueue = 4096
+)
+
+// WatchEvent is one change in a watched tree. Writes to a file are
+// coalesced: one WatchWrite stands for all the writes since the last one the
+// client received, and comes after them.
+type WatchEvent struct {
+	// Type is one of the Watch constants.
+	Type string `json:"type"`
+	// Path is the absolute sandbox path the event is about (empty for
+	// WatchOverflow).
+	Path string `json:"path,omitempty"`
+	// From is a WatchRename's old path.
+	From string `json:"from,omitempty"`
+	// Dir is set when the path is a directory.
+	Dir bool `json:"dir,omitempty"`
+	// Time is when the agent read the event.
+	Time time.Time `json:"time"`
+}
+
+// WatchBatch is one Header frame of an OpWatch stream.
+type WatchBatch struct {
+	Events []WatchEvent `json:"events"`
+}
+
 // Request is the JSON header that opens every stream. Fields not used by an
 // Op are left empty.
 type Request struct {
@@ -277,7 +333,8 @@ type Request struct {
 	Depth int `json:"depth,omitempty"`
 	// Parents makes OpMkdir create missing parents and accept an existing dir.
 	Parents bool `json:"parents,omitempty"`
-	// Recursive lets OpRemove remove a non-empty directory.
+	// Recursive lets OpRemove remove a non-empty directory; OpWatch then
+	// watches the whole tree below Path, also directories made later.
 	Recursive bool `json:"recursive,omitempty"`
 }
 

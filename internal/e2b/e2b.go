@@ -21,8 +21,8 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -96,9 +96,6 @@ type Config struct {
 	// MaxExecTimeout caps a command's timeout (the daemon's
 	// max_exec_timeout_s); default 24 h.
 	MaxExecTimeout time.Duration
-	// WatchInterval is how often a directory watch looks for changes;
-	// default 250 ms.
-	WatchInterval time.Duration
 }
 
 // Handler serves the E2B planes. Create it with New.
@@ -135,9 +132,6 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.MaxExecTimeout <= 0 {
 		cfg.MaxExecTimeout = 24 * time.Hour
-	}
-	if cfg.WatchInterval <= 0 {
-		cfg.WatchInterval = 250 * time.Millisecond
 	}
 	h := &Handler{cfg: cfg, m: cfg.Manager, log: cfg.Logger, procs: map[string]*procTable{}}
 	h.control = h.controlMux()

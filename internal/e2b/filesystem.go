@@ -2,9 +2,9 @@ package e2b
 
 import (
 	"context"
+	"errors"
+	"io"
 	"io/fs"
-	"path"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/agentclient"
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
 	pb "github.com/airlockhq/airlock/internal/e2b/envd/filesystempb"
 	"github.com/airlockhq/airlock/internal/e2b/envd/filesystempb/filesystempbconnect"
@@ -21,7 +23,8 @@ import (
 )
 
 // maxWatchers bounds the polled watchers (CreateWatcher) a daemon keeps, so
-// that clients that never remove theirs cannot grow its memory.
+// that clients that never remove theirs cannot grow its memory (each holds
+// an inotify watch in its sandbox, which the agent bounds too).
 const maxWatchers = 1024
 
 // filesystemService implements envd's filesystem.Filesystem on the manager.
@@ -164,131 +167,165 @@ func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.
 	return connect.NewResponse(&pb.RemoveResponse{}), nil
 }
 
-// snapshot is what a watch compares between polls: per relative path, the
-// file's type, size, mode and modification time.
-type snapshot map[string]string
+// maxWatcherEvents bounds the events a polled watcher (CreateWatcher) keeps
+// between two GetWatcherEvents, so that a client that stops polling cannot
+// grow the daemon's memory. Past it the watcher fails, as envd's does when
+// its kernel queue overflows.
+const maxWatcherEvents = 4096
 
-// snap lists dir (recursively or one level) into a snapshot.
-func (h *Handler) snap(ctx context.Context, t target, dir, user string, recursive bool) (snapshot, error) {
-	depth := 1
-	if recursive {
-		depth = 32
-	}
-	fl, err := h.m.ListFiles(ctx, t.p, t.id, dir, user, depth)
-	if err != nil {
-		return nil, err
-	}
-	out := make(snapshot, len(fl.Entries))
-	for _, fi := range fl.Entries {
-		rel := strings.TrimPrefix(strings.TrimPrefix(fi.Path, dir), "/")
-		if rel == "" || strings.HasPrefix(path.Base(rel), ".airlock-upload-") {
-			// The agent's own temp files of an upload in progress.
-			continue
-		}
-		out[rel] = fi.Type + "|" + strconv.FormatInt(fi.Size, 10) + "|" + fi.Mode + "|" + fi.ModifiedAt.Format(time.RFC3339Nano)
-	}
-	return out, nil
+// errEventsLost ends a watch that could not keep up: the client must list
+// the directory again.
+func errEventsLost() error {
+	return errf(errdefs.ErrTooLarge, "too many file system events; some were lost")
 }
 
-// diff returns the events that turn old into cur, in name order.
-func diff(old, cur snapshot) []*pb.FilesystemEvent {
-	var evs []*pb.FilesystemEvent
-	for name, v := range cur {
-		o, ok := old[name]
-		switch {
-		case !ok:
-			evs = append(evs, &pb.FilesystemEvent{Name: name, Type: pb.EventType_EVENT_TYPE_CREATE})
-		case o != v:
-			typ := pb.EventType_EVENT_TYPE_WRITE
-			if modeOf(o) != modeOf(v) && sizeTimeOf(o) == sizeTimeOf(v) {
-				typ = pb.EventType_EVENT_TYPE_CHMOD
+// envdEvents turns the agent's events into envd's, named relative to the
+// watched directory dir. A rename becomes what envd (fsnotify) reports: a
+// RENAME of the old name, then a CREATE of the new one. lost is set when
+// the agent reported lost events.
+func envdEvents(dir string, evs []agentproto.WatchEvent) (out []*pb.FilesystemEvent, lost bool) {
+	name := func(p string) string {
+		if p == dir {
+			return "."
+		}
+		if dir == "/" {
+			return strings.TrimPrefix(p, "/")
+		}
+		return strings.TrimPrefix(p, dir+"/")
+	}
+	add := func(p string, t pb.EventType) {
+		out = append(out, &pb.FilesystemEvent{Name: name(p), Type: t})
+	}
+	for _, ev := range evs {
+		switch ev.Type {
+		case agentproto.WatchCreate:
+			add(ev.Path, pb.EventType_EVENT_TYPE_CREATE)
+		case agentproto.WatchWrite:
+			add(ev.Path, pb.EventType_EVENT_TYPE_WRITE)
+		case agentproto.WatchRemove:
+			add(ev.Path, pb.EventType_EVENT_TYPE_REMOVE)
+		case agentproto.WatchChmod:
+			add(ev.Path, pb.EventType_EVENT_TYPE_CHMOD)
+		case agentproto.WatchRename:
+			add(ev.From, pb.EventType_EVENT_TYPE_RENAME)
+			add(ev.Path, pb.EventType_EVENT_TYPE_CREATE)
+		case agentproto.WatchOverflow:
+			lost = true
+		}
+	}
+	return out, lost
+}
+
+// watchBatch is one Next of an agent watch.
+type watchBatch struct {
+	evs []agentproto.WatchEvent
+	err error
+}
+
+// follow reads w in a goroutine until it fails or ctx ends; the channel is
+// closed after the failing batch.
+func follow(ctx context.Context, w *agentclient.Watch) <-chan watchBatch {
+	ch := make(chan watchBatch)
+	go func() {
+		defer close(ch)
+		for {
+			evs, err := w.Next()
+			select {
+			case ch <- watchBatch{evs, err}:
+			case <-ctx.Done():
+				return
 			}
-			evs = append(evs, &pb.FilesystemEvent{Name: name, Type: typ})
+			if err != nil {
+				return
+			}
 		}
-	}
-	for name := range old {
-		if _, ok := cur[name]; !ok {
-			evs = append(evs, &pb.FilesystemEvent{Name: name, Type: pb.EventType_EVENT_TYPE_REMOVE})
-		}
-	}
-	sort.Slice(evs, func(i, j int) bool {
-		if evs[i].Name != evs[j].Name {
-			return evs[i].Name < evs[j].Name
-		}
-		return evs[i].Type < evs[j].Type
-	})
-	return evs
+	}()
+	return ch
 }
 
-func modeOf(v string) string { return strings.Split(v, "|")[2] }
-func sizeTimeOf(v string) string {
-	f := strings.Split(v, "|")
-	return f[1] + "|" + f[3]
-}
-
-// WatchDir polls the directory and streams what changed. airlock's agent
-// has no inotify: polling sees every create, write and remove that lasts
-// longer than the interval, and reports a rename as remove + create.
+// WatchDir streams what changes in a directory, from an inotify watch in
+// the sandbox's agent.
 func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDirRequest], stream *connect.ServerStream[pb.WatchDirResponse]) error {
 	h, t := s.h, targetFrom(ctx)
 	dir, user, err := pathArg(req, req.Msg.GetPath())
 	if err != nil {
 		return h.connectError(ctx, err)
 	}
-	if fi, err := h.m.StatFile(ctx, t.p, t.id, dir, user); err != nil {
-		return h.connectError(ctx, err)
-	} else if fi.Type != "dir" {
-		return h.connectError(ctx, errf(errdefs.ErrInvalidArgument, "%s is not a directory", dir))
-	}
-	cur, err := h.snap(ctx, t, dir, user, req.Msg.GetRecursive())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := h.m.WatchDir(ctx, t.p, t.id, dir, user, req.Msg.GetRecursive())
 	if err != nil {
 		return h.connectError(ctx, err)
 	}
+	defer w.Close()
 	if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Start{Start: &pb.WatchDirResponse_StartEvent{}}}); err != nil {
 		return err
 	}
-	tick := time.NewTicker(h.cfg.WatchInterval)
-	defer tick.Stop()
-	quiet := time.Now()
+	batches := follow(ctx, w)
+	keepalive := time.NewTicker(h.cfg.Keepalive)
+	defer keepalive.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
-		}
-		next, err := h.snap(ctx, t, dir, user, req.Msg.GetRecursive())
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return h.connectError(ctx, err)
-		}
-		evs := diff(cur, next)
-		cur = next
-		for _, ev := range evs {
-			if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
-				return err
-			}
-		}
-		if len(evs) > 0 {
-			quiet = time.Now()
-		} else if time.Since(quiet) >= h.cfg.Keepalive {
-			quiet = time.Now()
+		case <-keepalive.C:
 			if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Keepalive{Keepalive: &pb.WatchDirResponse_KeepAlive{}}}); err != nil {
 				return err
 			}
+		case b := <-batches:
+			if b.err != nil {
+				if errors.Is(b.err, io.EOF) || ctx.Err() != nil {
+					return nil // the directory is gone, or the client
+				}
+				return h.connectError(ctx, b.err)
+			}
+			evs, lost := envdEvents(dir, b.evs)
+			for _, ev := range evs {
+				if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
+					return err
+				}
+			}
+			if lost {
+				return h.connectError(ctx, errEventsLost())
+			}
+			keepalive.Reset(h.cfg.Keepalive)
 		}
 	}
 }
 
-// watcher is a polled watch (CreateWatcher / GetWatcherEvents).
+// watcher is a polled watch (CreateWatcher / GetWatcherEvents): an agent
+// watch whose events wait here for the client's next poll.
 type watcher struct {
-	sandbox   string
-	dir, user string
-	recursive bool
+	sandbox string
+	stop    func() // ends the watch and waits for its goroutine
 
-	mu   sync.Mutex
-	last snapshot
+	mu     sync.Mutex
+	events []*pb.FilesystemEvent
+	err    error // once set, the watch has ended
+	ended  bool
+}
+
+// collect gathers w's events until the watch ends.
+func (wt *watcher) collect(ctx context.Context, dir string, w *agentclient.Watch) {
+	for b := range follow(ctx, w) {
+		wt.mu.Lock()
+		if b.err != nil {
+			wt.ended = true
+			if !errors.Is(b.err, io.EOF) && ctx.Err() == nil {
+				wt.err = b.err
+			}
+			wt.mu.Unlock()
+			return
+		}
+		evs, lost := envdEvents(dir, b.evs)
+		wt.events = append(wt.events, evs...)
+		if lost || len(wt.events) > maxWatcherEvents {
+			wt.events, wt.err, wt.ended = nil, errEventsLost(), true
+			wt.mu.Unlock()
+			return
+		}
+		wt.mu.Unlock()
+	}
 }
 
 func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Request[pb.CreateWatcherRequest]) (*connect.Response[pb.CreateWatcherResponse], error) {
@@ -297,31 +334,59 @@ func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 	if err != nil {
 		return nil, h.connectError(ctx, err)
 	}
-	cur, err := h.snap(ctx, t, dir, user, req.Msg.GetRecursive())
-	if err != nil {
+	if err := s.makeRoom(ctx); err != nil {
 		return nil, h.connectError(ctx, err)
 	}
-	w := &watcher{sandbox: t.id, dir: dir, user: user, recursive: req.Msg.GetRecursive(), last: cur}
+	// The watch outlives this request: it ends at RemoveWatcher, or when
+	// the sandbox does.
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w, err := h.m.WatchDir(wctx, t.p, t.id, dir, user, req.Msg.GetRecursive())
+	if err != nil {
+		cancel()
+		return nil, h.connectError(ctx, err)
+	}
+	done := make(chan struct{})
+	wt := &watcher{sandbox: t.id, stop: func() {
+		w.Close()
+		cancel()
+		<-done
+	}}
+	go func() {
+		defer close(done)
+		wt.collect(wctx, dir, w)
+	}()
 	id := auth.RandomID("w_", 10)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.watchers == nil {
 		s.watchers = map[string]*watcher{}
 	}
-	if len(s.watchers) >= maxWatchers {
-		// Watchers of sandboxes that are gone are never removed by their
-		// clients: drop those first.
-		for wid, old := range s.watchers {
-			if sb, err := h.m.Get(ctx, auth.Principal{Admin: true}, old.sandbox); err != nil || sb.State != api.StateRunning && sb.State != api.StatePaused {
-				delete(s.watchers, wid)
-			}
+	s.watchers[id] = wt
+	s.mu.Unlock()
+	return connect.NewResponse(&pb.CreateWatcherResponse{WatcherId: id}), nil
+}
+
+// makeRoom checks that one more polled watcher fits, dropping the ones
+// whose watch has ended (their sandbox is gone) when there are too many:
+// clients of a deleted sandbox never remove theirs.
+func (s *filesystemService) makeRoom(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.watchers) < maxWatchers {
+		return nil
+	}
+	for id, wt := range s.watchers {
+		wt.mu.Lock()
+		ended := wt.ended
+		wt.mu.Unlock()
+		if ended {
+			delete(s.watchers, id)
+			go wt.stop()
 		}
 	}
 	if len(s.watchers) >= maxWatchers {
-		return nil, h.connectError(ctx, errf(errdefs.ErrRateLimited, "too many watchers; remove some"))
+		return errf(errdefs.ErrRateLimited, "too many watchers; remove some")
 	}
-	s.watchers[id] = w
-	return connect.NewResponse(&pb.CreateWatcherResponse{WatcherId: id}), nil
+	return nil
 }
 
 // watcher returns the watcher id of the request's sandbox.
@@ -336,6 +401,8 @@ func (s *filesystemService) watcher(ctx context.Context, id string) (*watcher, e
 	return w, nil
 }
 
+// GetWatcherEvents returns the events since the last call. A watcher that
+// failed returns its events first, then its error on every later call.
 func (s *filesystemService) GetWatcherEvents(ctx context.Context, req *connect.Request[pb.GetWatcherEventsRequest]) (*connect.Response[pb.GetWatcherEventsResponse], error) {
 	w, err := s.watcher(ctx, req.Msg.GetWatcherId())
 	if err != nil {
@@ -343,22 +410,23 @@ func (s *filesystemService) GetWatcherEvents(ctx context.Context, req *connect.R
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	cur, err := s.h.snap(ctx, targetFrom(ctx), w.dir, w.user, w.recursive)
-	if err != nil {
-		return nil, s.h.connectError(ctx, err)
+	evs := w.events
+	w.events = nil
+	if len(evs) == 0 && w.err != nil {
+		return nil, s.h.connectError(ctx, w.err)
 	}
-	evs := diff(w.last, cur)
-	w.last = cur
 	return connect.NewResponse(&pb.GetWatcherEventsResponse{Events: evs}), nil
 }
 
 func (s *filesystemService) RemoveWatcher(ctx context.Context, req *connect.Request[pb.RemoveWatcherRequest]) (*connect.Response[pb.RemoveWatcherResponse], error) {
-	if _, err := s.watcher(ctx, req.Msg.GetWatcherId()); err != nil {
+	w, err := s.watcher(ctx, req.Msg.GetWatcherId())
+	if err != nil {
 		return nil, s.h.connectError(ctx, err)
 	}
 	s.mu.Lock()
 	delete(s.watchers, req.Msg.GetWatcherId())
 	s.mu.Unlock()
+	w.stop()
 	return connect.NewResponse(&pb.RemoveWatcherResponse{}), nil
 }
 

@@ -86,7 +86,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		t.Fatal(err)
 	}
 	ecfg := e2b.Config{Manager: m, Auth: authn, Logger: testLog, AuthFailureDelay: -1,
-		Keepalive: 200 * time.Millisecond, WatchInterval: 50 * time.Millisecond}
+		Keepalive: 200 * time.Millisecond}
 	for _, o := range opts {
 		o(&ecfg)
 	}

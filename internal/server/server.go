@@ -224,6 +224,7 @@ func (s *Server) register() {
 	s.registerCode(a)
 	s.registerTenancy(a, admin)
 	s.registerPreview(a)
+	s.registerWatch(a)
 
 	// Everything else: the API's error shape, 405 when only the method is
 	// wrong.
