@@ -43,6 +43,10 @@ type Capabilities struct {
 	MemorySnapshot bool          `json:"memory_snapshot"` // can checkpoint process memory
 	DiskQuota      bool          `json:"disk_quota"`      // enforces Resources.DiskMB
 	NetworkModes   []NetworkMode `json:"network_modes"`
+	// InterfacesAtStart says the sandbox sees the network interfaces its
+	// namespace had when it started, not ones added later (gVisor's own
+	// network stack): a running sandbox of mode none cannot gain a network.
+	InterfacesAtStart bool `json:"interfaces_at_start,omitempty"`
 }
 
 // HasNetworkMode reports whether m is among c.NetworkModes.

@@ -214,6 +214,12 @@ func (m *Manager) UpdateNetwork(ctx context.Context, p auth.Principal, id string
 	if m.net != nil && !old.NetNS && n.Mode != string(network.ModeNone) {
 		return api.Sandbox{}, public(errdefs.ErrInvalidState, "sandbox was created without a managed network; its network cannot change")
 	}
+	// A runtime that takes its interfaces at start would stay loopback-only
+	// while the record said otherwise: refuse rather than pretend.
+	if old.Network.Mode == string(network.ModeNone) && n.Mode != string(network.ModeNone) && sb.drv.Capabilities().InterfacesAtStart {
+		return api.Sandbox{}, public(errdefs.ErrInvalidState,
+			"the %s runtime sees network interfaces only as they were at start: create the sandbox with network mode %s instead", sb.drv.Name(), n.Mode)
+	}
 	if m.net != nil && old.NetNS {
 		if err := m.net.Update(ctx, sb.id, toPolicy(n)); err != nil {
 			if errdefs.IsInvalidArgument(err) {

@@ -414,3 +414,30 @@ func TestEgressEventsAttributed(t *testing.T) {
 		t.Fatalf("unattributed event %+v", all)
 	}
 }
+
+// TestNetworkInterfacesAtStart: on a runtime that takes its interfaces at
+// start (gVisor's netstack), a running sandbox of mode none cannot gain a
+// network through PUT …/network (it would stay loopback-only while its
+// record said otherwise); a sandbox created with a network can still
+// change its policy, and go to none.
+func TestNetworkInterfacesAtStart(t *testing.T) {
+	h, fn := newNetHarness(t)
+	h.drv.SetInterfacesAtStart(true)
+	acme := h.key("acme")
+	sb := h.create("acme", api.CreateSandboxRequest{Network: &api.Network{Mode: "none"}})
+	r := h.req("PUT", "/v1/sandboxes/"+sb.ID+"/network", acme, api.Network{Mode: "open"})
+	h.expect(r, http.StatusConflict, api.CodeInvalidState)
+	if e := r.apiErr(t); !strings.Contains(e.Message, "only as they were at start") {
+		t.Fatalf("message %q does not say why", e.Message)
+	}
+	if p, _ := fn.policy(sb.ID); p.Mode != network.ModeNone {
+		t.Fatalf("a refused update changed the policy: %+v", p)
+	}
+
+	sb = h.create("acme", api.CreateSandboxRequest{Network: &api.Network{Mode: "allowlist", Allow: []string{"pypi.org"}}})
+	h.expect(h.req("PUT", "/v1/sandboxes/"+sb.ID+"/network", acme, api.Network{Mode: "open"}), http.StatusOK, "")
+	h.expect(h.req("PUT", "/v1/sandboxes/"+sb.ID+"/network", acme, api.Network{Mode: "none"}), http.StatusOK, "")
+	if p, _ := fn.policy(sb.ID); p.Mode != network.ModeNone {
+		t.Fatalf("policy %+v, want none", p)
+	}
+}

@@ -156,7 +156,11 @@ func New(cfg Config) (*Driver, error) {
 			Helpers:      true,
 			KeepOOMScore: true,
 			PausesItself: true,
-			EditSpec:     editSpec,
+			// The Sentry's netstack takes the namespace's interfaces at
+			// start (see netstack.go).
+			InterfacesAtStart: true,
+			EditSpec:          editSpec,
+			Launch:            launch,
 		},
 	})
 	if err != nil {
@@ -180,14 +184,22 @@ func globalArgs(platform string) []string {
 	return []string{"--platform=" + platform, "--host-uds=all", "--overlay2=none"}
 }
 
-// runArgs chooses runsc's network stack: none, gVisor's own loopback
-// only, whether or not the sandbox joins a namespace the daemon prepared.
-// runsc's netstack (--network=sandbox) fails on this project's kernels, and
-// Debian's runsc cannot use a joined namespace's host stack
-// (--network=host) from inside a user namespace: its chroot setup gets
-// EPERM. So this driver offers network mode none only (Capabilities).
-func runArgs(driver.Spec) []string {
-	return []string{"--network=none"}
+// runArgs chooses runsc's network stack. A sandbox that joins a namespace
+// the daemon prepared gets gVisor's own stack (netstack) on that
+// namespace's interfaces: its packets leave through the namespace's veth,
+// where the network layer's resolver, proxy and filter (all on the host
+// side) apply as to a runc sandbox; in mode none the namespace has only
+// loopback, and so has the sandbox. launch starts runsc from inside the
+// namespace. A sandbox without one gets loopback only.
+//
+// runsc's other way, the host kernel's stack (--network=host), cannot work
+// here: it runs the Sentry in the bundle's user namespace as the unmapped
+// host root, without the capabilities to set up its chroot (EPERM).
+func runArgs(spec driver.Spec) []string {
+	if spec.NetNSPath != "" {
+		return []string{flagNetstack}
+	}
+	return []string{flagNoNet}
 }
 
 // resolvConfName is the sandbox dir's copy of the namespace's resolver
@@ -234,15 +246,6 @@ func editSpec(s *specs.Spec, spec driver.Spec, dir string) error {
 		r.Pids.Limit = &n
 	}
 	return nil
-}
-
-// Capabilities of gvisor: a user-space kernel, pause (runsc's own), the
-// disk quota of the shared storage; network mode none only (see runArgs);
-// no memory snapshots yet (runsc checkpoint is not wired).
-func (d *Driver) Capabilities() driver.Capabilities {
-	c := d.Driver.Capabilities()
-	c.NetworkModes = []driver.NetworkMode{driver.NetworkNone}
-	return c
 }
 
 // Probe checks what the runc driver checks (root, the binary, cgroups,

@@ -489,6 +489,8 @@ func (d *Driver) Capabilities() driver.Capabilities {
 		Pause:        true,
 		DiskQuota:    true,
 		NetworkModes: []driver.NetworkMode{driver.NetworkNone, driver.NetworkAllowlist, driver.NetworkOpen},
+
+		InterfacesAtStart: d.cfg.Runtime.InterfacesAtStart,
 	}
 }
 
@@ -563,7 +565,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle
 	undo = append(undo, func(context.Context) { d.slots.free(slot, spec.ID) })
 	st := &sandboxState{
 		ID: spec.ID, Slot: slot, UIDBase: d.cfg.UIDRangeStart + uint32(slot)*d.cfg.IDCount,
-		IDCount: d.cfg.IDCount, Dir: dir, Cgroup: d.cgroupPath(spec.ID),
+		IDCount: d.cfg.IDCount, Dir: dir, Cgroup: d.cgroupPath(spec.ID), NetNS: spec.NetNSPath,
 	}
 	// The agent's socket dir is root's and stays on the host (see
 	// agentsock.go): the umask cannot widen 0700.
@@ -700,7 +702,11 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	pidFile := filepath.Join(dir, "init.pid")
 	os.Remove(pidFile)
 	t0 := time.Now()
-	if err := d.runc.run(ctx, id, dir, pidFile, filepath.Join(dir, "runc.log"), logf, st.RunArgs, extra...); err != nil {
+	var launch func(*exec.Cmd) error
+	if l := d.cfg.Runtime.Launch; l != nil {
+		launch = func(cmd *exec.Cmd) error { return l(cmd, st.NetNS, dir) }
+	}
+	if err := d.runc.run(ctx, id, dir, pidFile, filepath.Join(dir, "runc.log"), logf, st.RunArgs, launch, extra...); err != nil {
 		// runc may leave a container record behind on failure.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()

@@ -67,8 +67,9 @@ func (r *runcCLI) exec(ctx context.Context, args ...string) ([]byte, error) {
 // messages go to logPath (JSON lines); the container's stdout and stderr
 // go to stdio, which must be a file: a pipe would be held open by the
 // container for ever. The container's init gets extra as descriptors 3, 4…
-// (--preserve-fds). flags come before the subcommand.
-func (r *runcCLI) run(ctx context.Context, id, bundleDir, pidFile, logPath string, stdio *os.File, flags []string, extra ...*os.File) error {
+// (--preserve-fds). flags come before the subcommand. launch, when not
+// nil, runs the command in place of cmd.Run (Runtime.Launch).
+func (r *runcCLI) run(ctx context.Context, id, bundleDir, pidFile, logPath string, stdio *os.File, flags []string, launch func(*exec.Cmd) error, extra ...*os.File) error {
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
@@ -81,7 +82,10 @@ func (r *runcCLI) run(ctx context.Context, id, bundleDir, pidFile, logPath strin
 	cmd := r.command(ctx, append(args, id)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, stdio, stdio
 	cmd.ExtraFiles = extra
-	if err := cmd.Run(); err != nil {
+	if launch == nil {
+		launch = (*exec.Cmd).Run
+	}
+	if err := launch(cmd); err != nil {
 		return runcError("run", lastLogError(logPath), err)
 	}
 	return nil

@@ -1,6 +1,8 @@
 package runc
 
 import (
+	"os/exec"
+
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/airlockhq/airlock/internal/driver"
@@ -45,10 +47,19 @@ type Runtime struct {
 	// through the runtime before it is killed, or its record cannot be
 	// deleted afterwards.
 	PausesItself bool
+	// InterfacesAtStart is what Capabilities reports (runsc's netstack
+	// learns the namespace's interfaces when it starts).
+	InterfacesAtStart bool
 	// EditSpec adjusts the bundle after it is built, before it is written;
 	// dir is the sandbox's host directory, where it may put files the
 	// bundle needs.
 	EditSpec func(s *specs.Spec, spec driver.Spec, dir string) error
+	// Launch, when set, runs the prepared `run` command of a sandbox in
+	// place of cmd.Run, for a runtime that must be started from a
+	// particular context (runsc's own network stack: from inside the
+	// namespace the sandbox joins). netnsPath is that namespace, "" for a
+	// fresh one; dir is the sandbox's host directory.
+	Launch func(cmd *exec.Cmd, netnsPath, dir string) error
 }
 
 // rtName is the driver's name.

@@ -36,6 +36,9 @@ type sandboxState struct {
 	// RunArgs are the runtime flags of its run (Runtime.RunArgs), fixed
 	// at Create so that a restart runs it the same way.
 	RunArgs []string `json:"run_args,omitempty"`
+	// NetNS is the network namespace the sandbox joins (Spec.NetNSPath),
+	// for Runtime.Launch; "" for a fresh one.
+	NetNS string `json:"netns,omitempty"`
 }
 
 func stateFile(dir string) string { return filepath.Join(dir, "state.json") }

@@ -38,6 +38,7 @@ type Driver struct {
 	created    int
 	destroyed  int
 	netModes   []driver.NetworkMode
+	atStart    bool
 	specs      map[string]driver.Spec
 }
 
@@ -77,6 +78,13 @@ func (d *Driver) SetNetworkModes(modes ...driver.NetworkMode) {
 	d.netModes = modes
 }
 
+// SetInterfacesAtStart sets Capabilities.InterfacesAtStart.
+func (d *Driver) SetInterfacesAtStart(v bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.atStart = v
+}
+
 // Spec returns the spec sandbox id was created with.
 func (d *Driver) Spec(id string) (driver.Spec, bool) {
 	d.mu.Lock()
@@ -92,7 +100,8 @@ func (d *Driver) Name() string { return d.name }
 func (d *Driver) Capabilities() driver.Capabilities {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return driver.Capabilities{Isolation: driver.IsolationContainer, Pause: true, NetworkModes: append([]driver.NetworkMode(nil), d.netModes...)}
+	return driver.Capabilities{Isolation: driver.IsolationContainer, Pause: true, NetworkModes: append([]driver.NetworkMode(nil), d.netModes...),
+		InterfacesAtStart: d.atStart}
 }
 
 // SetHealth sets what Probe reports.

@@ -1,0 +1,239 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Network flags of runsc: netstack is gVisor's own TCP/IP stack, fed with
+// the raw frames of the namespace's interfaces; none is its loopback only.
+const (
+	flagNetstack = "--network=sandbox"
+	flagNoNet    = "--network=none"
+)
+
+// netConfigName is the file in a sandbox dir that remembers its
+// namespace's addresses and routes (see restoreAddrs).
+const netConfigName = "netstack.json"
+
+// procDirName is the directory in a sandbox dir where launch binds /proc
+// in runsc's mount namespace (and only there).
+const procDirName = "netproc"
+
+// launch runs runsc's `run` of a sandbox. With netstack in a namespace the
+// daemon prepared, runsc must start from inside that namespace, where it
+// copies the interfaces' addresses and routes into gVisor's stack, strips
+// them from the host side and hands the Sentry raw sockets on them. Two
+// things stand in the way of Debian's runsc on this kernel, and both are
+// dealt with on a thread of its own, whose namespaces the command inherits:
+//
+//   - runsc tells the host's root namespace from another by whether
+//     /proc/sys/net/core/rmem_default exists, which since Linux 6.x it does
+//     in every namespace ("cannot run with network enabled in root network
+//     namespace"). In a mount namespace of the thread's own, an empty
+//     read-only tmpfs hides that directory; only runsc's own short-lived
+//     process looks there (the Sentry and the Gofer build their own root
+//     and /proc).
+//   - runsc removes the addresses from the namespace's interfaces, so a
+//     second run (a restart) would find none: they are put back from
+//     netstack.json first.
+//
+// The thread is never unlocked: the runtime ends it with the goroutine, so
+// nothing else runs in its namespaces.
+func launch(cmd *exec.Cmd, netnsPath, dir string) error {
+	if netnsPath == "" || !slices.Contains(cmd.Args, flagNetstack) {
+		return cmd.Run()
+	}
+	ns, err := os.Open(netnsPath)
+	if err != nil {
+		return fmt.Errorf("opening network namespace: %w", err)
+	}
+	defer ns.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		errc <- func() error {
+			// CLONE_FS too: a thread shares its root and cwd with the
+			// process until then, and a new mount namespace needs its own.
+			if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
+				return fmt.Errorf("new mount namespace: %w", err)
+			}
+			// Slave: the host's unmounts (a torn-down sandbox) still reach
+			// this copy, and nothing mounted here leaks back.
+			if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+				return fmt.Errorf("making mounts slave: %w", err)
+			}
+			if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("entering network namespace: %w", err)
+			}
+			if err := restoreAddrs(filepath.Join(dir, netConfigName)); err != nil {
+				return err
+			}
+			// The Gofer and the Sentry mount a proc of their own from
+			// inside user namespaces, which the kernel allows only while
+			// the mount namespace has a proc that hides nothing: a bind
+			// of /proc made before the tmpfs below, at a directory of
+			// the sandbox that nothing else uses.
+			visible := filepath.Join(dir, procDirName)
+			if err := os.Mkdir(visible, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("creating proc dir: %w", err)
+			}
+			if err := unix.Mount("/proc", visible, "", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("binding proc: %w", err)
+			}
+			// /proc/sys/net shows the calling thread's namespace: this is
+			// the sandbox's view of the directory, mounted over.
+			if err := unix.Mount("tmpfs", "/proc/sys/net/core", "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=555"); err != nil {
+				return fmt.Errorf("hiding the namespace's net.core sysctls: %w", err)
+			}
+			return cmd.Run()
+		}()
+	}()
+	return <-errc
+}
+
+// netConfig is what runsc takes away from a namespace's interfaces.
+type netConfig struct {
+	Links []linkConfig `json:"links"`
+}
+
+type linkConfig struct {
+	Name   string        `json:"name"`
+	Addrs  []string      `json:"addrs"` // CIDR, IPv4
+	Routes []routeConfig `json:"routes,omitempty"`
+}
+
+type routeConfig struct {
+	Dst string `json:"dst,omitempty"` // CIDR; "" is the default route
+	Gw  string `json:"gw,omitempty"`
+}
+
+// restoreAddrs, in the calling thread's network namespace, records the
+// IPv4 addresses and routes of every interface that is up (except
+// loopback) in path, and gives those runsc stripped in an earlier run
+// their recorded ones back. The namespace is the daemon's: the sandbox
+// never had a say in it.
+func restoreAddrs(path string) error {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("opening netlink in the sandbox namespace: %w", err)
+	}
+	defer h.Close()
+	var saved netConfig
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("reading network configuration: %w", err)
+	default:
+		if err := json.Unmarshal(b, &saved); err != nil {
+			return fmt.Errorf("parsing network configuration: %w", err)
+		}
+	}
+	links, err := h.LinkList()
+	if err != nil {
+		return fmt.Errorf("listing links: %w", err)
+	}
+	var now netConfig
+	for _, l := range links {
+		a := l.Attrs()
+		if a.Flags&net.FlagUp == 0 || a.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := h.AddrList(l, netlink.FAMILY_V4)
+		if err != nil {
+			return fmt.Errorf("listing addresses of %s: %w", a.Name, err)
+		}
+		if len(addrs) == 0 {
+			i := slices.IndexFunc(saved.Links, func(c linkConfig) bool { return c.Name == a.Name })
+			if i < 0 {
+				continue
+			}
+			if err := applyLink(h, l, saved.Links[i]); err != nil {
+				return err
+			}
+			now.Links = append(now.Links, saved.Links[i])
+			continue
+		}
+		c := linkConfig{Name: a.Name}
+		for _, ad := range addrs {
+			c.Addrs = append(c.Addrs, ad.IPNet.String())
+		}
+		routes, err := h.RouteList(l, netlink.FAMILY_V4)
+		if err != nil {
+			return fmt.Errorf("listing routes of %s: %w", a.Name, err)
+		}
+		for _, r := range routes {
+			// The kernel makes the prefix routes again with the addresses.
+			if r.Protocol == unix.RTPROT_KERNEL {
+				continue
+			}
+			rc := routeConfig{}
+			if r.Dst != nil && !(r.Dst.IP.IsUnspecified() && isZeroMask(r.Dst.Mask)) {
+				rc.Dst = r.Dst.String()
+			}
+			if r.Gw != nil {
+				rc.Gw = r.Gw.String()
+			}
+			c.Routes = append(c.Routes, rc)
+		}
+		now.Links = append(now.Links, c)
+	}
+	if len(now.Links) == 0 && len(saved.Links) == 0 {
+		return nil
+	}
+	b, err = json.Marshal(now)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("saving network configuration: %w", err)
+	}
+	return nil
+}
+
+func isZeroMask(m net.IPMask) bool {
+	ones, _ := m.Size()
+	return ones == 0
+}
+
+// applyLink gives link l the addresses and routes of c.
+func applyLink(h *netlink.Handle, l netlink.Link, c linkConfig) error {
+	for _, s := range c.Addrs {
+		a, err := netlink.ParseAddr(s)
+		if err != nil {
+			return fmt.Errorf("network configuration: %w", err)
+		}
+		if err := h.AddrAdd(l, a); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("restoring address of %s: %w", c.Name, err)
+		}
+	}
+	for _, rc := range c.Routes {
+		r := &netlink.Route{LinkIndex: l.Attrs().Index}
+		if rc.Dst != "" {
+			_, dst, err := net.ParseCIDR(rc.Dst)
+			if err != nil {
+				return fmt.Errorf("network configuration: %w", err)
+			}
+			r.Dst = dst
+		}
+		if rc.Gw != "" {
+			r.Gw = net.ParseIP(rc.Gw)
+		}
+		if err := h.RouteReplace(r); err != nil {
+			return fmt.Errorf("restoring route of %s: %w", c.Name, err)
+		}
+	}
+	return nil
+}
