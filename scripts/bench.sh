@@ -67,6 +67,12 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 - Files: `PUT …/files` and `GET …/files` of 100 MiB of random bytes against `cp` of the same bytes
   between two local files. As `cp` writes to a freshly removed target, the uploaded file is removed
   between runs (outside the timing).
+- gVisor create: as the runc row, with `runtime: "gvisor"`, against `runsc --platform=ptrace run` of
+  `/bin/true` on the same rootfs (runsc's own teardown included in the bare figure, not in airlock's).
+- Network setup: creates with an allowlist network (two domains and a CIDR:port: resolver, proxy and
+  nftables sets) and with network `none`, in turn; the row is the difference of the medians.
+- Code cell: `POST …/code` of `1+1` in the default python context of a `code-interpreter` sandbox,
+  request to `end` event, after five warm-up cells.
 - Metering + audit: two in-process servers on the runc driver, one with the Prometheus observer, the
   audit trail and resource sampling every second (five times the default rate), one with none of them;
   `echo hi` goes to each in turn, 600 pairs (`go test -bench ExecMeteringOverhead ./internal/server`).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
@@ -29,7 +30,7 @@ func MeasureCode(ctx context.Context, c *client.Client, template string, runs in
 	if runs <= 0 {
 		runs = 50
 	}
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: template})
+	sb, err := createWhenBuilt(ctx, c, api.CreateSandboxRequest{Template: template}, 15*time.Minute)
 	if err != nil {
 		return nil, fmt.Errorf("creating sandbox: %w", err)
 	}
@@ -69,4 +70,22 @@ func CodeRow(s Samples) Row {
 		row.OK = judge(s.Percentile(50) < CodeTarget)
 	}
 	return row
+}
+
+// createWhenBuilt creates a sandbox, waiting while its template is being
+// built on demand (a shipped template's first use answers unavailable with
+// Retry-After until the build is done), at most wait.
+func createWhenBuilt(ctx context.Context, c *client.Client, req api.CreateSandboxRequest, wait time.Duration) (*api.Sandbox, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		sb, err := c.CreateSandbox(ctx, req)
+		if err == nil || !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), "being built") || time.Now().After(deadline) {
+			return sb, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Second):
+		}
+	}
 }
