@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -115,6 +116,11 @@ type Authenticator struct {
 	// limits is the default rate limit (a RateLimit), swapped whole.
 	limits  atomic.Pointer[RateLimit]
 	buckets *quota.Buckets
+
+	// watchers are the channels Revoked handed out, by key id, closed when
+	// that key is revoked, so that streams it opened end at once too.
+	watchMu  sync.Mutex
+	watchers map[string]map[chan struct{}]struct{}
 }
 
 // Option configures an Authenticator.
@@ -266,7 +272,46 @@ func (a *Authenticator) Revoke(ctx context.Context, p Principal, id string) erro
 	if !p.CanSee(k.Tenant) {
 		return fmt.Errorf("%w: key %q", errdefs.ErrNotFound, id)
 	}
-	return a.store.RevokeKey(ctx, id, a.now())
+	if err := a.store.RevokeKey(ctx, id, a.now()); err != nil {
+		return err
+	}
+	a.watchMu.Lock()
+	for ch := range a.watchers[id] {
+		close(ch)
+	}
+	delete(a.watchers, id)
+	a.watchMu.Unlock()
+	return nil
+}
+
+// Revoked returns a channel that is closed when key id is revoked through
+// this Authenticator (the daemon's only one), and a function that stops
+// watching. Long-lived responses (event streams, terminals) end on it, so
+// a revocation also cuts what the key already has open.
+func (a *Authenticator) Revoked(id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	if id == "" {
+		return ch, func() {}
+	}
+	a.watchMu.Lock()
+	if a.watchers == nil {
+		a.watchers = map[string]map[chan struct{}]struct{}{}
+	}
+	if a.watchers[id] == nil {
+		a.watchers[id] = map[chan struct{}]struct{}{}
+	}
+	a.watchers[id][ch] = struct{}{}
+	a.watchMu.Unlock()
+	return ch, func() {
+		a.watchMu.Lock()
+		if w, ok := a.watchers[id]; ok {
+			delete(w, ch)
+			if len(w) == 0 {
+				delete(a.watchers, id)
+			}
+		}
+		a.watchMu.Unlock()
+	}
 }
 
 // List returns the keys p may see (its tenant's, or all for an admin).

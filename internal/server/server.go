@@ -108,12 +108,24 @@ func New(cfg Config) *Server {
 // re-attach to the next daemon with Last-Event-ID).
 func (s *Server) CloseStreams() { s.closeStreams() }
 
-// streamContext returns a context that ends with the request or with
-// CloseStreams.
+// streamContext returns a context that ends with the request, with
+// CloseStreams, or when the key that opened the stream is revoked.
 func (s *Server) streamContext(r *http.Request) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(r.Context())
 	stop := context.AfterFunc(s.streams, cancel)
-	return ctx, func() { stop(); cancel() }
+	unwatch := func() {}
+	if p, ok := auth.FromContext(r.Context()); ok && p.KeyID != "" {
+		var revoked <-chan struct{}
+		revoked, unwatch = s.auth.Revoked(p.KeyID)
+		go func() {
+			select {
+			case <-revoked:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return ctx, func() { stop(); unwatch(); cancel() }
 }
 
 // Handler returns the root handler.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -346,6 +347,17 @@ func TestTenancyRevocationIsImmediate(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.expect(h.req("DELETE", "/v1/keys/"+c.ID, h.admin, nil), http.StatusNoContent, "")
+	// The stream the key opened ends too, long before its exec (30 s).
+	ended := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, stream.Body)
+		ended <- err
+	}()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revoked key's event stream is still open")
+	}
 	for _, path := range []string{"/v1/sandboxes", "/v1/sandboxes/" + sb.ID, "/v1/tenants/acme/quotas", "/v1/sandboxes/" + sb.ID + "/execs/" + eid} {
 		h.expect(h.req("GET", path, key, nil), http.StatusUnauthorized, api.CodeUnauthenticated)
 	}
