@@ -16,7 +16,17 @@ func (s *Server) e2bPlane(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e2b.IsSandboxPlane(r) || e2b.IsControlPlane(r) {
+		plane := ""
+		switch {
+		case e2b.IsSandboxPlane(r):
+			plane = "e2b sandbox plane"
+		case e2b.IsControlPlane(r):
+			plane = "e2b control plane"
+		}
+		if plane != "" {
+			if rs := stateFrom(r.Context()); rs != nil {
+				rs.route = plane
+			}
 			s.cfg.E2B.ServeHTTP(w, r)
 			return
 		}

@@ -54,6 +54,7 @@ func (c *clock) Advance(d time.Duration) {
 // harness is a real HTTP server on 127.0.0.1:0 over a real manager, store
 // and authenticator, with the fake driver whose sandboxes run the real agent.
 type harness struct {
+	e2b      http.Handler // Config.E2B, nil for none
 	t        testing.TB
 	dataDir  string
 	settings config.Config
@@ -93,6 +94,9 @@ func withoutObserver() option { return func(h *harness) { h.noObserver = true } 
 
 // withSampleInterval sets how often the manager samples every sandbox.
 func withSampleInterval(d time.Duration) option { return func(h *harness) { h.sampleEvery = d } }
+
+// withE2B serves the E2B planes with h.
+func withE2B(e http.Handler) option { return func(h *harness) { h.e2b = e } }
 
 // withAudit records the audit trail in the harness's store.
 func withAudit() option { return func(h *harness) { h.wantAudit = true } }
@@ -175,7 +179,7 @@ func (h *harness) start() {
 	}
 	h.m = m
 	h.srv = server.New(server.Config{Manager: m, Auth: h.auth, Logger: testLog, Version: "test",
-		MaxUploadBytes: h.maxUp, Heartbeat: 200 * time.Millisecond, Audit: h.rec, Metrics: h.metrics})
+		MaxUploadBytes: h.maxUp, Heartbeat: 200 * time.Millisecond, Audit: h.rec, Metrics: h.metrics, E2B: h.e2b})
 	h.ts = httptest.NewServer(h.srv.Handler())
 	h.url = h.ts.URL
 }

@@ -139,3 +139,30 @@ func TestPrometheusMetrics(t *testing.T) {
 		t.Errorf("failed creates %v, want 1", got)
 	}
 }
+
+// TestE2BRequestsNamedInMetrics: requests that the E2B planes serve are
+// counted under their plane, not as unmatched routes, and the API's own
+// routes are unaffected.
+func TestE2BRequestsNamedInMetrics(t *testing.T) {
+	served := 0
+	h := newHarness(t, withE2B(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served++
+		w.WriteHeader(http.StatusNoContent)
+	})))
+	h.expect(h.req("GET", "/v2/sandboxes", "", nil), http.StatusNoContent, "")
+	h.expect(h.req("GET", "/health", "", nil, "E2b-Sandbox-Id", "sbx_x"), http.StatusNoContent, "")
+	h.expect(h.req("GET", "/v1/sandboxes", h.key("acme"), nil), http.StatusOK, "")
+	if served != 2 {
+		t.Fatalf("the E2B handler served %d requests, want 2", served)
+	}
+	body := string(h.req("GET", "/metrics", h.admin, nil).body)
+	for _, series := range []string{
+		`airlock_http_request_duration_seconds_count{code="204",method="GET",route="e2b control plane"}`,
+		`airlock_http_request_duration_seconds_count{code="204",method="GET",route="e2b sandbox plane"}`,
+		`airlock_http_request_duration_seconds_count{code="200",method="GET",route="GET /v1/sandboxes"}`,
+	} {
+		if got := promValue(t, body, series); got != 1 {
+			t.Errorf("%s = %v, want 1", series, got)
+		}
+	}
+}

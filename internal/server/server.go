@@ -269,6 +269,9 @@ func (s *Server) notFound(w http.ResponseWriter, r *http.Request) error {
 type requestState struct {
 	id     string
 	tenant string
+	// route names requests that no pattern of the mux matched but a
+	// plane served (the E2B planes), for logs and metrics.
+	route string
 }
 
 type ctxKey int
@@ -333,6 +336,9 @@ func (s *Server) withRequest(next http.Handler) http.Handler {
 			route := r.Pattern
 			if route == "" || route == "/" {
 				route = "unmatched"
+				if rs.route != "" {
+					route = rs.route
+				}
 			}
 			d := time.Since(start)
 			s.metrics.observeRequest(r.Method, route, status, d)
