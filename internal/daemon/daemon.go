@@ -516,7 +516,10 @@ func serve(ctx context.Context, cfg config.Config, ln net.Listener, srv *server.
 	fmt.Fprintf(opts.Stderr, "\nairlock is ready on http://%s — with AIRLOCK_API_KEY set to your key:\n"+
 		"    bin/airlock run -- python3 -c 'print(6*7)'\n"+
 		"    curl -H \"Authorization: Bearer $AIRLOCK_API_KEY\" -d '{}' http://%s/v1/sandboxes\n"+
-		"    bin/airlock doctor    # what this host can run\n\n", ln.Addr(), ln.Addr())
+		"    bin/airlock code SANDBOX_ID 'import sys; sys.version'   # the code interpreter\n"+
+		"    bin/airlock doctor    # what this host can run\n"+
+		"E2B SDKs: E2B_API_URL=http://%s E2B_SANDBOX_URL=http://%s E2B_API_KEY=$AIRLOCK_API_KEY (docs/e2b.md)\n\n",
+		ln.Addr(), ln.Addr(), ln.Addr(), ln.Addr())
 	if opts.Ready != nil {
 		opts.Ready(ln.Addr())
 	}
