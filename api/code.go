@@ -53,6 +53,12 @@ type CodeRequest struct {
 	// TimeoutS bounds the cell; past it the cell is interrupted and the
 	// context keeps its state. nil means the server's default.
 	TimeoutS *float64 `json:"timeout_s,omitempty"`
+	// Env is set in the cell's environment (os.environ in python,
+	// process.env in javascript, exported variables in bash) for this cell
+	// only: afterwards each variable has its earlier value again (or is
+	// unset) and the context's other state is untouched. Names are like
+	// an exec's env; the values are neither logged nor audited.
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // CodeEvent is one line of the application/x-ndjson answer of POST …/code.
@@ -61,7 +67,8 @@ type CodeRequest struct {
 //   - result: IsMainResult (true for the value of the cell's last
 //     expression, false for display() outputs and figures) and one field per
 //     representation: Text (text/plain), HTML, Markdown, SVG, PNG and JPEG
-//     (base64), LaTeX, JSON, JavaScript.
+//     (base64), LaTeX, JSON, JavaScript, Chart for a matplotlib figure and
+//     Data for a pandas DataFrame.
 //   - error: Name, Value, Traceback (ANSI colour codes stripped).
 //   - end: ExecutionCount; always the last event.
 type CodeEvent struct {
@@ -77,6 +84,14 @@ type CodeEvent struct {
 	LaTeX        string          `json:"latex,omitempty"`
 	JSON         json.RawMessage `json:"json,omitempty"`
 	JavaScript   string          `json:"javascript,omitempty"`
+	// Chart is a matplotlib figure's data in the shape of E2B's charts:
+	// an object with type (line, scatter, bar, pie, superchart or
+	// unknown), title and elements, and for line and scatter the axes'
+	// labels, units, scales and ticks. It comes with the figure's PNG.
+	Chart json.RawMessage `json:"chart,omitempty"`
+	// Data is a pandas DataFrame's columns: an object of column name →
+	// list of values (E2B's Result.data). It comes with the frame's HTML.
+	Data json.RawMessage `json:"data,omitempty"`
 
 	Name      string `json:"name,omitempty"`
 	Value     string `json:"value,omitempty"`
@@ -132,6 +147,9 @@ type CodeAuditDetail struct {
 	Code      string `json:"code"`
 	// CodeBytes is the length of the whole cell.
 	CodeBytes int `json:"code_bytes"`
+	// EnvNames are the names of the cell's env variables, sorted; their
+	// values are not recorded.
+	EnvNames []string `json:"env_names,omitempty"`
 	// Status is ok, error, timeout or kernel_died.
 	Status     string `json:"status"`
 	DurationMS int64  `json:"duration_ms"`

@@ -63,13 +63,10 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	if len(body.EnvVars) > 0 {
-		// A cell's environment is the sandbox's; per-call variables would
-		// silently be dropped, so say so instead.
-		h.writeError(w, r, errf(errdefs.ErrNotImplemented, "env_vars on runCode are not supported by airlock"))
-		return
-	}
-	req := api.CodeRequest{Code: body.Code, Language: body.Language, ContextID: body.ContextID}
+	// env_vars are the cell's own (the code service sets them for the
+	// cell and restores the context's afterwards); they are validated
+	// there like airlock's own /code env.
+	req := api.CodeRequest{Code: body.Code, Language: body.Language, ContextID: body.ContextID, Env: body.EnvVars}
 	started := false
 	enc := json.NewEncoder(w)
 	rc := http.NewResponseController(w)
@@ -122,6 +119,12 @@ func codeLines(ev api.CodeEvent) []map[string]any {
 		}
 		if len(ev.JSON) > 0 {
 			m["json"] = ev.JSON
+		}
+		if len(ev.Chart) > 0 {
+			m["chart"] = ev.Chart
+		}
+		if len(ev.Data) > 0 {
+			m["data"] = ev.Data
 		}
 		return []map[string]any{m}
 	}

@@ -20,16 +20,19 @@ import (
 // fixed events.
 type fakeCode struct {
 	calls []string // "tenant sandbox code"
+	envs  []map[string]string
 }
 
 func (f *fakeCode) Run(ctx context.Context, p auth.Principal, id string, req api.CodeRequest, emit func(api.CodeEvent) error) error {
 	f.calls = append(f.calls, p.Tenant+" "+id+" "+req.Code)
+	f.envs = append(f.envs, req.Env)
 	if req.Code == "bad" {
 		return &manager.PublicError{Msg: "bad cell", Err: errdefs.ErrInvalidArgument}
 	}
 	for _, ev := range []api.CodeEvent{
 		{Type: api.CodeEventStdout, Text: "hi\n"},
-		{Type: api.CodeEventResult, IsMainResult: true, Text: "2", PNG: "iVBORw0KGgo="},
+		{Type: api.CodeEventResult, IsMainResult: true, Text: "2", PNG: "iVBORw0KGgo=",
+			Chart: json.RawMessage(`{"type":"line","title":"t","elements":[]}`), Data: json.RawMessage(`{"a":[1,2]}`)},
 		{Type: api.CodeEventEnd, ExecutionCount: 4},
 	} {
 		if err := emit(ev); err != nil {
@@ -93,6 +96,12 @@ func TestCodePlane(t *testing.T) {
 			if m["type"] == "result" && (m["text"] != "2" || m["png"] != "iVBORw0KGgo=" || m["is_main_result"] != true) {
 				t.Fatalf("result line %v", m)
 			}
+			if ch, _ := m["chart"].(map[string]any); m["type"] == "result" && (ch == nil || ch["type"] != "line" || ch["title"] != "t") {
+				t.Fatalf("result line's chart %v", m["chart"])
+			}
+			if d, _ := m["data"].(map[string]any); m["type"] == "result" && (d == nil || len(d["a"].([]any)) != 2) {
+				t.Fatalf("result line's data %v", m["data"])
+			}
 			if m["type"] == "number_of_executions" && m["execution_count"] != float64(4) {
 				t.Fatalf("count line %v", m)
 			}
@@ -102,6 +111,26 @@ func TestCodePlane(t *testing.T) {
 		}
 		if got := fc.calls[len(fc.calls)-1]; got != "acme "+c.SandboxID+" x+1" {
 			t.Fatalf("the cell ran as %q", got)
+		}
+	})
+	t.Run("ExecuteEnvVars", func(t *testing.T) {
+		resp, body := do("POST", "/execute", `{"code":"import os","env_vars":{"A":"1","B":"two words"}}`, c.EnvdAccessToken)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d %s", resp.StatusCode, body)
+		}
+		got := fc.envs[len(fc.envs)-1]
+		if len(got) != 2 || got["A"] != "1" || got["B"] != "two words" {
+			t.Fatalf("the cell got env %v", got)
+		}
+		if _, body := do("POST", "/execute", `{"code":"1"}`, c.EnvdAccessToken); fc.envs[len(fc.envs)-1] != nil {
+			t.Fatalf("a cell without env_vars got %v (%s)", fc.envs[len(fc.envs)-1], body)
+		}
+	})
+	t.Run("ExecuteEnvVarsNotStrings", func(t *testing.T) {
+		n := len(fc.calls)
+		resp, body := do("POST", "/execute", `{"code":"1","env_vars":{"A":1}}`, c.EnvdAccessToken)
+		if resp.StatusCode != http.StatusBadRequest || len(fc.calls) != n {
+			t.Fatalf("status %d %s; calls %d → %d", resp.StatusCode, body, n, len(fc.calls))
 		}
 	})
 	t.Run("ExecuteNeedsToken", func(t *testing.T) {

@@ -1,7 +1,8 @@
 // airlock code-interpreter bridge for JavaScript (runs in the sandbox).
 // argv: FIFO. Same line protocol as bridge.py: requests on stdin, events on
 // FIFO. State lives in one vm context; a cell's completion value (the last
-// expression) is its result, a returned Promise is awaited first.
+// expression) is its result, a returned Promise is awaited first. A
+// request's env is set in process.env for its cell only.
 'use strict';
 const fs = require('fs');
 const vm = require('vm');
@@ -72,9 +73,34 @@ function errorEvent(id, e) {
   };
 }
 
-async function run(id, code) {
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,255}$/;
+
+// setEnv puts env in process.env and returns what it replaced (undefined
+// for names that were unset).
+function setEnv(env) {
+  const saved = new Map();
+  if (env === null || typeof env !== 'object' || Array.isArray(env)) return saved;
+  for (const [k, v] of Object.entries(env)) {
+    if (!ENV_NAME.test(k) || typeof v !== 'string' || v.includes('\0')) continue;
+    saved.set(k, Object.prototype.hasOwnProperty.call(process.env, k) ? process.env[k] : undefined);
+    process.env[k] = v;
+  }
+  return saved;
+}
+
+function restoreEnv(saved) {
+  for (const [k, v] of saved) {
+    if (v === undefined) delete process.env[k];
+    else process.env[k] = v;
+  }
+}
+
+async function run(id, code, env) {
   count++;
   cell = { id, bytes: 0, cut: false };
+  // Restored when the cell's value is settled: callbacks the cell leaves
+  // behind (timers) run later and see the context's own env.
+  const saved = setEnv(env);
   try {
     let v = new vm.Script(code, { filename: 'cell' + count }).runInContext(ctx, { breakOnSigint: true, displayErrors: false });
     if (v !== null && typeof v === 'object' && typeof v.then === 'function') v = await v;
@@ -84,6 +110,8 @@ async function run(id, code) {
     }
   } catch (e) {
     emit(errorEvent(id, e));
+  } finally {
+    restoreEnv(saved);
   }
   cell = null;
   emit({ id, t: 'end', n: count });
@@ -95,7 +123,7 @@ rl.on('line', (line) => {
   let req;
   try { req = JSON.parse(line); } catch (_) { return; }
   if (req === null || req.op !== 'run') return;
-  chain = chain.then(() => run(String(req.id), String(req.code)));
+  chain = chain.then(() => run(String(req.id), String(req.code), req.env));
 });
 rl.on('close', () => process.exit(0));
 process.stdout.write('AIRLOCK-CODE-READY\n');

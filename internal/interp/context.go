@@ -2,12 +2,15 @@ package interp
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -236,8 +239,23 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 	}
 }
 
+// cell is what a cell runs: its source and its own env variables.
+type cell struct {
+	code string
+	env  map[string]string
+}
+
+// runRequest is a bridge's request line (see bridge.py).
+type runRequest struct {
+	Op   string            `json:"op"`
+	ID   string            `json:"id"`
+	Code string            `json:"code"`
+	Env  map[string]string `json:"env,omitempty"`
+}
+
 // run runs one cell; see Service.Run.
-func (k *kctx) run(ctx context.Context, p auth.Principal, code string, timeout time.Duration, emit func(api.CodeEvent) error) error {
+func (k *kctx) run(ctx context.Context, p auth.Principal, c cell, timeout time.Duration, emit func(api.CodeEvent) error) error {
+	code := c.code
 	select {
 	case k.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -246,7 +264,10 @@ func (k *kctx) run(ctx context.Context, p auth.Principal, code string, timeout t
 	defer func() { <-k.sem }()
 	started := time.Now()
 	rid := auth.RandomID("r", 10)
-	req, _ := json.Marshal(map[string]string{"op": "run", "id": rid, "code": code})
+	req, err := json.Marshal(runRequest{Op: "run", ID: rid, Code: code, Env: c.env})
+	if err != nil {
+		return fmt.Errorf("encoding cell: %w", err)
+	}
 	req = append(req, '\n')
 	var pr *proc
 	lost := false
@@ -426,7 +447,7 @@ func (k *kctx) run(ctx context.Context, p auth.Principal, code string, timeout t
 	k.mu.Unlock()
 	send(api.CodeEvent{Type: api.CodeEventEnd, ExecutionCount: n})
 	k.s.be.Audit(context.WithoutCancel(ctx), p, k.sandboxID, api.CodeAuditDetail{
-		ContextID: k.id, Language: k.lang, Code: code, Status: status,
+		ContextID: k.id, Language: k.lang, Code: code, EnvNames: envNames(c.env), Status: status,
 		DurationMS: time.Since(started).Milliseconds(),
 	})
 	if emitErr != nil {
@@ -436,6 +457,39 @@ func (k *kctx) run(ctx context.Context, p auth.Principal, code string, timeout t
 		return ctx.Err()
 	}
 	return nil
+}
+
+// The bridge's names for a figure's chart and a DataFrame's columns (see
+// bridge.py).
+const (
+	chartMIME = "application/vnd.airlock.chart+json"
+	dataMIME  = "application/vnd.airlock.data+json"
+)
+
+// redactJSON masks the sandbox's secrets in the strings of a JSON value the
+// kernel produced and returns it compacted, or nil if it is not valid JSON
+// (or masking broke it).
+func redactJSON(pr Process, raw json.RawMessage) json.RawMessage {
+	if !json.Valid(raw) {
+		return nil
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return nil
+	}
+	out := []byte(pr.Redact(b.String()))
+	if !json.Valid(out) {
+		return nil
+	}
+	return out
+}
+
+// envNames returns env's names, sorted (nil for none).
+func envNames(env map[string]string) []string {
+	if len(env) == 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(env))
 }
 
 // translate turns a bridge event into an API event, keeping only known
@@ -454,9 +508,21 @@ func translate(pr Process, ev bridgeEvent) (api.CodeEvent, bool) {
 		out := api.CodeEvent{Type: api.CodeEventResult, IsMainResult: ev.Main}
 		any := false
 		for mime, raw := range ev.Data {
-			if mime == "application/json" {
-				if json.Valid(raw) {
-					out.JSON, any = raw, true
+			switch mime {
+			case "application/json":
+				if j := redactJSON(pr, raw); j != nil {
+					out.JSON, any = j, true
+				}
+				continue
+			case chartMIME, dataMIME:
+				// Only an object is a chart or a frame's data.
+				if j := redactJSON(pr, raw); j != nil && j[0] == '{' {
+					if mime == chartMIME {
+						out.Chart = j
+					} else {
+						out.Data = j
+					}
+					any = true
 				}
 				continue
 			}

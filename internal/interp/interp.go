@@ -19,12 +19,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
@@ -45,6 +47,13 @@ const (
 	MaxTimeout = 24 * time.Hour
 	// MaxCodeBytes bounds a cell's source.
 	MaxCodeBytes = 1 << 20
+	// MaxEnvVars bounds the number of a cell's env variables, as a
+	// sandbox's env is bounded at create.
+	MaxEnvVars = 256
+	// MaxEnvBytes bounds a cell's env (names plus values): it travels in
+	// the cell's request line to the bridge, and the kernel copies it
+	// twice (to set it and to restore what it replaced).
+	MaxEnvBytes = 256 << 10
 	// MaxContexts bounds the contexts of one sandbox: each is a kernel
 	// process in the sandbox's memory.
 	MaxContexts = 32
@@ -187,6 +196,34 @@ var errContextNotFound = &manager.PublicError{Msg: "context not found", Err: err
 
 func invalid(format string, args ...any) error {
 	return &manager.PublicError{Msg: fmt.Sprintf(format, args...), Err: errdefs.ErrInvalidArgument}
+}
+
+// envNameRE is what an env name may be: the same rule as an exec's env.
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
+
+// validateEnv checks a cell's env. Messages name the variable, never its
+// value: values may be secrets.
+func validateEnv(env map[string]string) error {
+	if len(env) > MaxEnvVars {
+		return invalid("env has more than %d variables", MaxEnvVars)
+	}
+	size := 0
+	for k, v := range env {
+		if !envNameRE.MatchString(k) {
+			return invalid("env name %q is not a valid variable name", truncate(k, 64))
+		}
+		if k == agentproto.ExecIDEnv {
+			return invalid("env name %s is reserved", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return invalid("env value of %s contains a NUL byte", k)
+		}
+		size += len(k) + len(v)
+	}
+	if size > MaxEnvBytes {
+		return &manager.PublicError{Msg: fmt.Sprintf("env is larger than %d bytes", MaxEnvBytes), Err: errdefs.ErrTooLarge}
+	}
+	return nil
 }
 
 // validCwd reports whether cwd is an absolute path the agent can take.
@@ -428,6 +465,9 @@ func (s *Service) Run(ctx context.Context, p auth.Principal, id string, req RunR
 	if strings.IndexByte(req.Code, 0) >= 0 {
 		return invalid("code contains a NUL byte")
 	}
+	if err := validateEnv(req.Env); err != nil {
+		return err
+	}
 	timeout := DefaultTimeout
 	if req.TimeoutS != nil {
 		t := *req.TimeoutS
@@ -473,5 +513,5 @@ func (s *Service) Run(ctx context.Context, p auth.Principal, id string, req RunR
 			return err
 		}
 	}
-	return k.run(ctx, p, req.Code, timeout, emit)
+	return k.run(ctx, p, cell{code: req.Code, env: req.Env}, timeout, emit)
 }

@@ -3,7 +3,9 @@ package interp
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -283,6 +285,12 @@ func TestBadRequests(t *testing.T) {
 		{"sandbox", api.CodeRequest{Code: "1"}, "sb2", manager.ErrSandboxNotFound},
 		{"huge", api.CodeRequest{Code: strings.Repeat("x", MaxCodeBytes+1)}, "sb1", errdefs.ErrTooLarge},
 		{"timeout", api.CodeRequest{Code: "1", TimeoutS: ptr(-1.0)}, "sb1", errdefs.ErrInvalidArgument},
+		{"env-name", api.CodeRequest{Code: "1", Env: map[string]string{"A-B": "1"}}, "sb1", errdefs.ErrInvalidArgument},
+		{"env-name-empty", api.CodeRequest{Code: "1", Env: map[string]string{"": "1"}}, "sb1", errdefs.ErrInvalidArgument},
+		{"env-reserved", api.CodeRequest{Code: "1", Env: map[string]string{"AIRLOCK_EXEC_ID": "x"}}, "sb1", errdefs.ErrInvalidArgument},
+		{"env-nul", api.CodeRequest{Code: "1", Env: map[string]string{"A": "a\x00b"}}, "sb1", errdefs.ErrInvalidArgument},
+		{"env-count", api.CodeRequest{Code: "1", Env: manyEnv(MaxEnvVars+1, 1)}, "sb1", errdefs.ErrInvalidArgument},
+		{"env-size", api.CodeRequest{Code: "1", Env: manyEnv(2, MaxEnvBytes/2)}, "sb1", errdefs.ErrTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -295,6 +303,15 @@ func TestBadRequests(t *testing.T) {
 			}
 		})
 	}
+}
+
+// manyEnv makes n variables of size bytes each.
+func manyEnv(n, size int) map[string]string {
+	env := map[string]string{}
+	for i := range n {
+		env[fmt.Sprintf("V%d", i)] = strings.Repeat("v", size)
+	}
+	return env
 }
 
 func TestReadLine(t *testing.T) {
@@ -395,4 +412,158 @@ func (b *localBackend) Reset(ctx context.Context, p auth.Principal, id string) e
 	defer b.mu.Unlock()
 	b.resets++
 	return nil
+}
+
+// TestCellEnv checks that a cell's env is seen by that cell only, in each
+// language the host can run, and that the context's own variables, its
+// other state and the audit (names only) come out right.
+func TestCellEnv(t *testing.T) {
+	// A value with everything a quoting bug would trip on.
+	const nasty = "it's $HOME \"q\" `id` \\ \n2nd line"
+	t.Run("bash", func(t *testing.T) {
+		requires(t, "python3")
+		s, be := newService(t)
+		c, err := s.CreateContext(context.Background(), p0, "sb1", api.CodeContextRequest{Language: "bash"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cid := &c.ID
+		run(t, s, api.CodeRequest{Code: "export KEEP=ctx; PLAIN=plain; arr=(a 'b c')", ContextID: cid})
+		tests := []struct {
+			name, code string
+			env        map[string]string
+			out        string
+		}{
+			{"set", `echo "$A|$KEEP|$PLAIN|${arr[1]}"; printenv A KEEP PLAIN; printf '%s' "$Q"; Y=5`,
+				map[string]string{"A": "one two", "KEEP": "cell", "PLAIN": "p2", "Q": nasty},
+				"one two|cell|p2|b c\none two\ncell\np2\n" + nasty},
+			{"restored", `echo "${A-unset}|$KEEP|$PLAIN|$Y|${Q-unset}"; printenv PLAIN || echo not-exported; printenv KEEP`,
+				nil, "unset|ctx|plain|5|unset\nnot-exported\nctx\n"},
+			{"array", `echo "${#arr[@]} ${arr[1]-none} $arr"; printenv arr`, map[string]string{"arr": "flat"}, "1 none flat\nflat\n"},
+			{"integer", `declare -i n=3`, nil, ""},
+			{"integer-env", `echo $n`, map[string]string{"n": "1+1"}, "1+1\n"},
+			{"integer-restored", `n=2+2; echo $n`, nil, "4\n"},
+			{"array-restored", `echo "${#arr[@]} ${arr[1]}"`, nil, "2 b c\n"},
+			{"cell-changes-it", `KEEP=changed; echo $KEEP`, map[string]string{"KEEP": "cell"}, "changed\n"},
+			{"change-undone", `echo $KEEP`, nil, "ctx\n"},
+			{"failing-cell", `echo $A; false`, map[string]string{"A": "x"}, "x\n"},
+			{"after-failure", `echo ${A-unset}`, nil, "unset\n"},
+			{"readonly", `declare -r RO=1; set -eu`, nil, ""},
+			{"readonly-env", `echo "$RO ${NEW}"; printenv RO || echo not-exported`, map[string]string{"RO": "2", "NEW": "n"}, "1 n\nnot-exported\n"},
+			{"readonly-restored", `echo "$RO ${NEW-unset}"; set +eu`, nil, "1 unset\n"},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				evs := run(t, s, api.CodeRequest{Code: tt.code, ContextID: cid, Env: tt.env})
+				if got := stdout(evs); got != tt.out {
+					t.Errorf("stdout %q, want %q (%+v)", got, tt.out, evs)
+				}
+			})
+		}
+		t.Run("timeout-restores", func(t *testing.T) {
+			run(t, s, api.CodeRequest{Code: "sleep 30", ContextID: cid, Env: map[string]string{"T": "x"}, TimeoutS: ptr(0.5)})
+			if got := stdout(run(t, s, api.CodeRequest{Code: "echo ${T-unset} $KEEP", ContextID: cid})); got != "unset ctx\n" {
+				t.Errorf("after an interrupted cell: %q", got)
+			}
+		})
+		t.Run("exit-status", func(t *testing.T) {
+			evs := run(t, s, api.CodeRequest{Code: "false", ContextID: cid, Env: map[string]string{"A": "x"}})
+			if e := firstOf(evs, api.CodeEventError); e == nil || e.Value != "exit status 1" {
+				t.Errorf("error %+v, want exit status 1", e)
+			}
+		})
+		be.mu.Lock()
+		defer be.mu.Unlock()
+		var names []string
+		for _, a := range be.audits {
+			if strings.Contains(a.Code, "$Q") {
+				names = a.EnvNames
+			}
+			if b, _ := json.Marshal(a); strings.Contains(string(b), "one two") || strings.Contains(string(b), "p2") {
+				t.Errorf("an env value is in the audit: %s", b)
+			}
+		}
+		if strings.Join(names, ",") != "A,KEEP,PLAIN,Q" {
+			t.Errorf("audited env names %v", names)
+		}
+	})
+	t.Run("javascript", func(t *testing.T) {
+		requires(t, "node")
+		s, _ := newService(t)
+		js := func(code string, env map[string]string) []api.CodeEvent {
+			return run(t, s, api.CodeRequest{Code: code, Language: "javascript", Env: env})
+		}
+		js("process.env.KEEP = 'ctx'; delete process.env.A; let kept = 1", nil)
+		tests := []struct {
+			name, code string
+			env        map[string]string
+			out        string
+		}{
+			{"set", "console.log([process.env.A, process.env.KEEP, process.env.Q].join('|')); kept = 2",
+				map[string]string{"A": "a", "KEEP": "cell", "Q": nasty}, "a|cell|" + nasty + "\n"},
+			{"restored", "console.log(String(process.env.A), process.env.KEEP, 'A' in process.env, kept)", nil,
+				"undefined ctx false 2\n"},
+			{"awaited", "new Promise((r) => setTimeout(() => { console.log(process.env.A); r() }, 50))",
+				map[string]string{"A": "late"}, "late\n"},
+			{"throwing", "console.log(process.env.A); throw new Error('x')", map[string]string{"A": "t"}, "t\n"},
+			{"after-throw", "console.log(String(process.env.A))", nil, "undefined\n"},
+			{"child", "console.log(require('child_process').execSync('printenv A').toString().trim())",
+				map[string]string{"A": "inherited"}, "inherited\n"},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				if got := stdout(js(tt.code, tt.env)); got != tt.out {
+					t.Errorf("stdout %q, want %q", got, tt.out)
+				}
+			})
+		}
+	})
+}
+
+// TestTranslateResult checks what of a bridge's result reaches the client:
+// known representations only, JSON and charts valid and with the
+// sandbox's secrets masked.
+func TestTranslateResult(t *testing.T) {
+	tests := []struct {
+		name      string
+		data      string
+		ok        bool
+		json      string
+		chart     string
+		text, png string
+		frame     string
+	}{
+		{"chart", `{"text/plain":"<Figure>","image/png":"iVBORw0KGgo=","` + chartMIME + `":{"type":"line","title":"s3cr3t plot","elements":[{"label":"Line 0","points":[[1,4],[2,1]]}]}}`,
+			true, "", `{"type":"line","title":"***** plot","elements":[{"label":"Line 0","points":[[1,4],[2,1]]}]}`, "<Figure>", "iVBORw0KGgo=", ""},
+		{"chart-only", `{"` + chartMIME + `":{"type":"pie","elements":[]}}`, true, "", `{"type":"pie","elements":[]}`, "", "", ""},
+		{"chart-not-object", `{"text/plain":"x","` + chartMIME + `":[1,2]}`, true, "", "", "x", "", ""},
+		{"chart-alone-not-object", `{"` + chartMIME + `":"line"}`, false, "", "", "", "", ""},
+		{"json-masked", `{"application/json":{"key": "s3cr3t"}}`, true, `{"key":"*****"}`, "", "", "", ""},
+		{"data", `{"text/html":"<table/>","` + dataMIME + `":{"a":[1,null],"b":["x","s3cr3t"]}}`, true, "", "", "", "", `{"a":[1,null],"b":["x","*****"]}`},
+		{"data-not-object", `{"text/plain":"df","` + dataMIME + `":[1]}`, true, "", "", "df", "", ""},
+		{"bad-png", `{"image/png":"not base64!"}`, false, "", "", "", "", ""},
+		{"unknown-mime", `{"application/x-thing":"x"}`, false, "", "", "", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ev bridgeEvent
+			if err := json.Unmarshal([]byte(`{"id":"r1","t":"result","main":true,"data":`+tt.data+`}`), &ev); err != nil {
+				t.Fatal(err)
+			}
+			out, ok := translate(&localProc{}, ev)
+			if ok != tt.ok {
+				t.Fatalf("ok %v, want %v (%+v)", ok, tt.ok, out)
+			}
+			if !ok {
+				return
+			}
+			if string(out.Chart) != tt.chart || string(out.JSON) != tt.json || out.Text != tt.text || out.PNG != tt.png ||
+				string(out.Data) != tt.frame {
+				t.Errorf("got chart %s json %s text %q png %q data %s", out.Chart, out.JSON, out.Text, out.PNG, out.Data)
+			}
+			if !out.IsMainResult {
+				t.Error("main result lost")
+			}
+		})
+	}
 }

@@ -274,9 +274,58 @@ const scenarios = {
       const png = chart.results.find((res) => res.png)
       assert.ok(png, `no png result in ${JSON.stringify(chart.results.map((x) => x.formats()))}`)
       assert.equal(Buffer.from(png.png, 'base64').subarray(1, 4).toString(), 'PNG')
+      // The figure's data comes with its PNG, in E2B's chart shape.
+      assert.equal(png.chart?.type, 'line', JSON.stringify(png.chart))
+      assert.equal(png.chart.title, 'airlock')
+      assert.deepEqual(png.chart.elements.map((e) => e.points), [[[1, 4], [2, 1], [3, 9]]])
+      assert.equal(png.chart.x_scale, 'linear')
+      const bars = await sbx.runCode(
+        'plt.figure(); plt.bar(["a", "b"], [3, 5], label="sales"); plt.ylabel("amount [EUR]"); plt.show()',
+      )
+      const bar = bars.results.find((res) => res.chart)?.chart
+      assert.equal(bar?.type, 'bar', JSON.stringify(bars.results.map((x) => x.formats())))
+      assert.deepEqual(bar.elements, [{ label: 'a', group: 'sales', value: 3 }, { label: 'b', group: 'sales', value: 5 }])
+      assert.equal(bar.y_unit, 'EUR')
+      const pie = await sbx.runCode('fig, axs = plt.subplots(1, 2); fig.suptitle("two"); axs[0].pie([1, 3], labels=["x", "y"]); axs[1].scatter([1, 2], [3, 4]); plt.show()')
+      const sup = pie.results.find((res) => res.chart)?.chart
+      assert.equal(sup?.type, 'superchart', JSON.stringify(sup))
+      assert.equal(sup.title, 'two')
+      assert.deepEqual(sup.elements.map((e) => e.type), ['pie', 'scatter'])
+      assert.deepEqual(sup.elements[0].elements.map((e) => [e.label, e.angle]), [['x', 90], ['y', 270]])
+      assert.deepEqual(sup.elements[1].elements[0].points, [[1, 3], [2, 4]])
+      const df = await sbx.runCode(
+        'import pandas as pd, numpy as np\npd.DataFrame({"n": [1, 2], "f": [0.5, np.nan], "s": ["a", "b"], "t": pd.to_datetime(["2024-01-02", "2024-03-04"])})',
+      )
+      assert.ok(df.results[0].html, 'the frame has no html')
+      assert.deepEqual(df.results[0].data, { n: [1, 2], f: [0.5, null], s: ['a', 'b'], t: ['2024-01-02T00:00:00', '2024-03-04T00:00:00'] })
       const ctx = await sbx.createCodeContext()
       await sbx.runCode('y = 5', { context: ctx })
       assert.equal((await sbx.runCode('y * 2', { context: ctx })).text, '10')
+
+      // envs: the cell's own, in each language; the context's variables,
+      // its state and its execution count come through untouched.
+      const before = await sbx.runCode('import os, subprocess; os.environ["KEEP"] = "ctx"')
+      const withEnv = await sbx.runCode(
+        'print(os.environ["KEEP"], os.environ["CELL_VAR"]); ' +
+          'print(subprocess.run(["printenv", "CELL_VAR"], capture_output=True, text=True).stdout, end=""); x + 10',
+        { envs: { KEEP: 'cell', CELL_VAR: "it's a value" } },
+      )
+      assert.equal(withEnv.logs.stdout.join(''), "cell it's a value\nit's a value\n")
+      assert.equal(withEnv.text, '11')
+      const after = await sbx.runCode('(os.environ["KEEP"], os.environ.get("CELL_VAR"), x)')
+      assert.equal(after.text, "('ctx', None, 1)")
+      assert.equal(withEnv.executionCount, before.executionCount + 1)
+      assert.equal(after.executionCount, before.executionCount + 2)
+      const js = await sbx.runCode('process.env.CELL_VAR', { language: 'javascript', envs: { CELL_VAR: 'js' } })
+      assert.equal(js.text, "'js'")
+      assert.equal((await sbx.runCode("'CELL_VAR' in process.env", { language: 'javascript' })).text, 'false')
+      const sh = await sbx.runCode('echo "$CELL_VAR"', { language: 'bash', envs: { CELL_VAR: 'sh' } })
+      assert.equal(sh.logs.stdout.join(''), 'sh\n')
+      const shAfter = await sbx.runCode('echo "${CELL_VAR-unset}"', { language: 'bash' })
+      assert.equal(shAfter.logs.stdout.join(''), 'unset\n')
+      // A refused call leaves the SDK's request timer running (2.8.0 clears
+      // it only on success): a short one keeps node from idling for 60 s.
+      await assert.rejects(sbx.runCode('1', { envs: { 'BAD-NAME': 'x' }, requestTimeoutMs: 2000 }), /valid variable name|400/)
     }, CodeSandbox)
   },
 }
