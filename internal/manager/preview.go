@@ -11,22 +11,33 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/preview"
+	"github.com/airlockhq/airlock/internal/store"
 )
 
 // maxPreviewsPerSandbox bounds the exposed ports of one sandbox: a web app
 // and its dev tooling need a handful.
 const maxPreviewsPerSandbox = 32
 
+// previewForgetTimeout bounds forgetting a gone sandbox's exposed ports in
+// the store: one small delete, which only waits for the writer.
+const previewForgetTimeout = 10 * time.Second
+
 // previews is a Manager's preview state (its preview field): which ports
 // of which sandbox are exposed, and the key tokens are derived from.
-// Exposed ports are kept in memory: a restarted daemon keeps the tokens
-// (derived from a key in the data dir) but the ports must be exposed again.
+// Exposed ports are kept in the store too (and in memory for the preview
+// listener's every request), so that a restarted daemon serves them again;
+// the tokens survive with the key in the data dir.
 type previews struct {
+	// wmu serialises changes of the exposed ports (store first, then
+	// memory) so that the two agree and a sandbox's limit holds; readers
+	// take only mu.
+	wmu   sync.Mutex
 	mu    sync.Mutex
 	key   []byte
 	addr  string                  // the preview listener's address, "" while unknown
@@ -35,11 +46,60 @@ type previews struct {
 
 func (m *Manager) previews() *previews { return &m.preview }
 
-// forgetPreviews drops a gone sandbox's exposed ports.
+// forgetPreviews drops a gone sandbox's exposed ports, in memory and in the
+// store. The sandbox is marked gone before, so no CreatePreview records a
+// port after this.
 func (m *Manager) forgetPreviews(id string) {
-	m.preview.mu.Lock()
-	delete(m.preview.ports, id)
-	m.preview.mu.Unlock()
+	pv := m.previews()
+	pv.wmu.Lock()
+	defer pv.wmu.Unlock()
+	pv.mu.Lock()
+	delete(pv.ports, id)
+	pv.mu.Unlock()
+	// Not cancellable by whatever stopped the sandbox: a row left behind
+	// would only be pruned at the next recovery.
+	ctx, cancel := context.WithTimeout(context.Background(), previewForgetTimeout)
+	defer cancel()
+	if err := m.store.DeletePreviews(ctx, id); err != nil {
+		m.log.Warn("forgetting exposed ports", "sandbox_id", id, "err", err)
+	}
+}
+
+// restorePreviews loads the exposed ports of a sandbox recovered after a
+// daemon restart, so that its preview URLs answer again.
+func (m *Manager) restorePreviews(ctx context.Context, sb *sandbox) {
+	list, err := m.store.Previews(ctx, sb.id)
+	if err != nil {
+		m.log.Warn("restoring exposed ports", "sandbox_id", sb.id, "err", err)
+		return
+	}
+	if len(list) == 0 {
+		return
+	}
+	pv := m.previews()
+	pv.wmu.Lock()
+	defer pv.wmu.Unlock()
+	if sb.isGone() {
+		return
+	}
+	pv.mu.Lock()
+	ports := map[int]bool{}
+	for _, p := range list {
+		ports[p.Port] = p.Public
+	}
+	pv.ports[sb.id] = ports
+	pv.mu.Unlock()
+	m.log.Info("exposed ports restored", "sandbox_id", sb.id, "count", len(list))
+}
+
+// prunePreviewRows deletes the stored ports of sandboxes that are not live
+// (they stopped while no daemon ran to forget them).
+func (m *Manager) prunePreviewRows(ctx context.Context) {
+	if n, err := m.store.PrunePreviews(ctx, liveStates...); err != nil {
+		m.log.Warn("pruning exposed ports", "err", err)
+	} else if n > 0 {
+		m.log.Info("pruned exposed ports of gone sandboxes", "count", n)
+	}
 }
 
 // SetPreviewAddr tells the manager where the preview listener listens
@@ -141,19 +201,34 @@ func (m *Manager) CreatePreview(ctx context.Context, p auth.Principal, id string
 		return api.Preview{}, err
 	}
 	pv := m.previews()
+	pv.wmu.Lock()
+	if sb.isGone() {
+		// forgetPreviews ran or is waiting: recording now would outlive it.
+		pv.wmu.Unlock()
+		return api.Preview{}, public(errdefs.ErrInvalidState, "sandbox is no longer running")
+	}
 	pv.mu.Lock()
 	m.prunePreviewsLocked(pv)
+	_, had := pv.ports[sb.id][req.Port]
+	n := len(pv.ports[sb.id])
+	pv.mu.Unlock()
+	if !had && n >= maxPreviewsPerSandbox {
+		pv.wmu.Unlock()
+		return api.Preview{}, public(errdefs.ErrQuotaExceeded, "a sandbox may expose at most %d ports", maxPreviewsPerSandbox)
+	}
+	if err := m.store.PutPreview(ctx, store.Preview{SandboxID: sb.id, Port: req.Port, Public: req.Public, CreatedAt: m.now().UTC()}); err != nil {
+		pv.wmu.Unlock()
+		return api.Preview{}, err
+	}
+	pv.mu.Lock()
 	ports := pv.ports[sb.id]
 	if ports == nil {
 		ports = map[int]bool{}
 		pv.ports[sb.id] = ports
 	}
-	if _, ok := ports[req.Port]; !ok && len(ports) >= maxPreviewsPerSandbox {
-		pv.mu.Unlock()
-		return api.Preview{}, public(errdefs.ErrQuotaExceeded, "a sandbox may expose at most %d ports", maxPreviewsPerSandbox)
-	}
 	ports[req.Port] = req.Public
 	pv.mu.Unlock()
+	pv.wmu.Unlock()
 	out, err := m.previewOf(sb.id, req.Port, req.Public)
 	if err != nil {
 		return api.Preview{}, err
@@ -198,13 +273,24 @@ func (m *Manager) DeletePreview(ctx context.Context, p auth.Principal, id string
 		return err
 	}
 	pv := m.previews()
+	pv.wmu.Lock()
 	pv.mu.Lock()
 	public, ok := pv.ports[sb.id][port]
-	delete(pv.ports[sb.id], port)
 	pv.mu.Unlock()
 	if !ok {
+		pv.wmu.Unlock()
 		return &PublicError{Msg: "preview not found", Err: errdefs.ErrNotFound}
 	}
+	// The store first: if it fails the port stays exposed, as the client
+	// is told, rather than come back at the next restart.
+	if err := m.store.DeletePreview(ctx, sb.id, port); err != nil {
+		pv.wmu.Unlock()
+		return err
+	}
+	pv.mu.Lock()
+	delete(pv.ports[sb.id], port)
+	pv.mu.Unlock()
+	pv.wmu.Unlock()
 	m.recordEvent(ctx, sb, api.AuditPreview, api.PreviewAuditDetail{Action: "unexpose", Port: port, Public: public})
 	return nil
 }

@@ -40,6 +40,7 @@ func (m *Manager) recoverAll(ctx context.Context) error {
 	}
 	wg.Wait()
 	m.sweepNetworks(ctx)
+	m.prunePreviewRows(ctx)
 	return nil
 }
 
@@ -134,6 +135,7 @@ func (m *Manager) recoverOne(ctx context.Context, rec store.Sandbox) {
 	m.mu.Lock()
 	m.live[rec.ID] = sb
 	m.mu.Unlock()
+	m.restorePreviews(ctx, sb)
 
 	// Then move towards the desired state (an operation the last daemon
 	// started but did not finish).

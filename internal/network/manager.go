@@ -132,8 +132,9 @@ type Config struct {
 	// It must not block for long.
 	PackageAudit func(pkgcache.Event)
 	// MaxDownloadBytes caps what each sandbox receives through the mirror
-	// and the egress proxy (counted since its network was set up or
-	// recovered); 0 for no cap.
+	// and the egress proxy (counted since its network was set up; the
+	// count is saved in StateDir, so a daemon restart does not grant the
+	// cap afresh); 0 for no cap.
 	MaxDownloadBytes int64
 }
 
@@ -165,6 +166,12 @@ type Manager struct {
 	hostMu    sync.Mutex
 	hostAddrs []netip.Addr
 	hostAt    time.Time
+
+	// budgetKick, budgetStop and budgetDone drive the goroutine that saves
+	// the download counts (packages.go); nil until New finished.
+	budgetKick chan struct{}
+	budgetStop chan struct{}
+	budgetDone chan struct{}
 }
 
 // Attachment is one sandbox's network.
@@ -187,6 +194,8 @@ type Attachment struct {
 	ports  ports
 	gone   bool
 	budget *pkgcache.Budget
+	// savedUsed is the download count last saved to the budget file.
+	savedUsed int64
 
 	namesMu sync.Mutex
 	names   map[netip.Addr]string
@@ -298,6 +307,7 @@ func New(cfg Config) (*Manager, error) {
 	if m.nflog, err = startNFLOG(m.ns.fd(), cfg.LogGroup, m.onPacketLog); err != nil {
 		return nil, err
 	}
+	m.startBudgetFlusher(budgetFlushInterval)
 	ok = true
 	return m, nil
 }
@@ -324,6 +334,7 @@ func (m *Manager) loadState() error {
 		}
 		a := m.newAttachment(id, st.Index)
 		a.policy, a.veth = st.Policy, st.Veth
+		a.restoreBudget()
 		c, err := compile(st.Policy, m.registries, m.blocked)
 		if err != nil {
 			c = &compiled{Mode: ModeNone}
@@ -404,7 +415,7 @@ func (m *Manager) newAttachment(id string, idx int) *Attachment {
 		addr:   netip.AddrFrom4(be4(base + 2)),
 		ifName: m.cfg.IfPrefix + strconv.Itoa(idx),
 		names:  map[netip.Addr]string{},
-		budget: pkgcache.NewBudget(m.cfg.MaxDownloadBytes),
+		budget: m.newBudget(m.cfg.MaxDownloadBytes, 0),
 	}
 }
 
@@ -436,6 +447,9 @@ func (m *Manager) Close() error {
 		a.stopListeners()
 		a.mu.Unlock()
 	}
+	// After the listeners: nothing counts any more, so the last save is
+	// the final count.
+	m.stopBudgetFlusher()
 	var errs error
 	if empty {
 		errs = errors.Join(errs, m.nft.removeBase())
@@ -527,7 +541,7 @@ func (m *Manager) Setup(ctx context.Context, id string, p Policy) (*Attachment, 
 	m.used[idx] = true
 	a := m.newAttachment(id, idx)
 	a.policy = p
-	a.budget = pkgcache.NewBudget(m.downloadCap(p))
+	a.budget = m.newBudget(m.downloadCap(p), 0)
 	a.pol.Store(c)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -891,7 +905,8 @@ func (m *Manager) Update(ctx context.Context, id string, p Policy) error {
 
 // Recover re-adopts sandbox id after a daemon restart: its namespace must
 // still be mounted (else an error wrapping errdefs.ErrNotFound). It restarts
-// the sandbox's resolver and proxy and rewrites its rules for p.
+// the sandbox's resolver and proxy and rewrites its rules for p; its
+// download count goes on from the one the last daemon saved.
 func (m *Manager) Recover(ctx context.Context, id string, p Policy) error {
 	p, err := ParsePolicy(p)
 	if err != nil {
@@ -912,9 +927,9 @@ func (m *Manager) Recover(ctx context.Context, id string, p Policy) error {
 	}
 	a.policy = p
 	if a.mirror == nil && a.proxy == nil {
-		// Counted afresh from a recovery: a restarted daemon does not know
-		// what the sandbox received before.
-		a.budget = pkgcache.NewBudget(m.downloadCap(p))
+		// Nothing counts yet: take the cap of p, keeping what the sandbox
+		// received before the restart (restored from its budget file).
+		a.budget = m.newBudget(m.downloadCap(p), a.budget.Used())
 	}
 	a.pol.Store(c)
 	if err := a.writeResolvConf(); err != nil {
@@ -970,7 +985,7 @@ func (a *Attachment) teardownLocked(ctx context.Context) error {
 	if err := unmountNetNS(a.nsPath); err != nil {
 		errs = errors.Join(errs, err)
 	}
-	for _, f := range []string{filepath.Join(m.sbxDir, a.id+".json"), a.ResolvConfPath()} {
+	for _, f := range []string{filepath.Join(m.sbxDir, a.id+".json"), a.ResolvConfPath(), a.budgetPath()} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = errors.Join(errs, err)
 		}

@@ -2,12 +2,15 @@ package network
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -209,6 +212,136 @@ func (m *Manager) downloadCap(p Policy) int64 {
 
 // Budget is the sandbox's download cap and what it used so far.
 func (a *Attachment) Budget() *pkgcache.Budget { return a.budget }
+
+// Saving download counts. Each sandbox's count is kept in
+// <StateDir>/sandboxes/<id>.budget, so that a restarted daemon goes on
+// from it instead of granting the whole cap again.
+const (
+	// budgetFlushInterval is how often changed counts are saved: a daemon
+	// killed outright forgets what arrived since the last save.
+	budgetFlushInterval = 2 * time.Second
+	// budgetFlushStep saves a count at once each time it grows by this
+	// much, so that a fast download (hundreds of MiB/s through the cache)
+	// loses at most a few MiB of counting to a kill, not an interval's worth.
+	budgetFlushStep = 4 << 20
+)
+
+// budgetFile is the content of a sandbox's budget file.
+type budgetFile struct {
+	Used int64 `json:"used"`
+}
+
+// newBudget makes a budget of limit bytes, used already, that asks the
+// flusher to save it whenever it grew by budgetFlushStep.
+func (m *Manager) newBudget(limit, used int64) *pkgcache.Budget {
+	return pkgcache.NewBudgetWith(pkgcache.BudgetConfig{Limit: limit, Used: used, Step: budgetFlushStep, OnStep: m.kickBudgetFlush})
+}
+
+func (a *Attachment) budgetPath() string { return filepath.Join(a.m.sbxDir, a.id+".budget") }
+
+// restoreBudget gives an attachment a previous daemon left the count it
+// saved (none: nothing counted). Called from New, before anything counts.
+func (a *Attachment) restoreBudget() {
+	var used int64
+	b, err := os.ReadFile(a.budgetPath())
+	if err == nil {
+		var bf budgetFile
+		if err = json.Unmarshal(b, &bf); err == nil {
+			used = bf.Used
+		}
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// Counted from zero rather than refuse the sandbox its network.
+		a.m.log.Warn("reading download count", "sandbox_id", a.id, "err", err)
+	}
+	a.budget = a.m.newBudget(a.m.downloadCap(a.policy), used)
+	a.savedUsed = a.budget.Used()
+}
+
+// saveBudgetLocked writes the sandbox's count if it changed since the last
+// save. a.mu must be held (a torn-down sandbox's file is not re-created).
+func (a *Attachment) saveBudgetLocked() error {
+	if a.gone || a.budget == nil {
+		return nil
+	}
+	used := a.budget.Used()
+	if used == a.savedUsed {
+		return nil
+	}
+	b, err := json.Marshal(budgetFile{Used: used})
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(a.budgetPath(), b, 0o600); err != nil {
+		return fmt.Errorf("saving download count: %w", err)
+	}
+	a.savedUsed = used
+	return nil
+}
+
+// kickBudgetFlush asks the flusher to save now; it never blocks (it runs
+// on the goroutines that count).
+func (m *Manager) kickBudgetFlush() {
+	if m.budgetKick == nil {
+		return
+	}
+	select {
+	case m.budgetKick <- struct{}{}:
+	default:
+	}
+}
+
+// startBudgetFlusher starts the goroutine that saves changed download
+// counts every interval (budgetFlushInterval), when kicked, and once more
+// when stopped.
+func (m *Manager) startBudgetFlusher(interval time.Duration) {
+	m.budgetKick = make(chan struct{}, 1)
+	m.budgetStop = make(chan struct{})
+	m.budgetDone = make(chan struct{})
+	go func() {
+		defer close(m.budgetDone)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-m.budgetStop:
+				m.flushBudgets()
+				return
+			case <-t.C:
+			case <-m.budgetKick:
+			}
+			m.flushBudgets()
+		}
+	}()
+}
+
+// stopBudgetFlusher saves the counts a last time and stops the flusher.
+func (m *Manager) stopBudgetFlusher() {
+	if m.budgetStop == nil {
+		return
+	}
+	close(m.budgetStop)
+	<-m.budgetDone
+	m.budgetStop = nil
+}
+
+// flushBudgets saves every changed download count.
+func (m *Manager) flushBudgets() {
+	m.mu.Lock()
+	list := make([]*Attachment, 0, len(m.sbx))
+	for _, a := range m.sbx {
+		list = append(list, a)
+	}
+	m.mu.Unlock()
+	for _, a := range list {
+		a.mu.Lock()
+		err := a.saveBudgetLocked()
+		a.mu.Unlock()
+		if err != nil {
+			m.log.Warn("saving download count", "sandbox_id", a.id, "err", err)
+		}
+	}
+}
 
 // mirrorServer serves one sandbox's view of the mirror on its gateway.
 type mirrorServer struct {

@@ -14,16 +14,40 @@ var ErrCapExceeded = errors.New("download cap exceeded")
 // package cache and the egress proxy, and the most it may. It is safe for
 // concurrent use; a nil Budget counts nothing and never refuses.
 type Budget struct {
-	limit int64 // 0: no cap
-	used  atomic.Int64
+	limit  int64 // 0: no cap
+	used   atomic.Int64
+	step   int64  // 0: no onStep
+	onStep func() // see BudgetConfig.OnStep
 }
 
 // NewBudget returns a budget of limit bytes; 0 or less means no cap.
 func NewBudget(limit int64) *Budget {
-	if limit < 0 {
-		limit = 0
+	return NewBudgetWith(BudgetConfig{Limit: limit})
+}
+
+// BudgetConfig configures NewBudgetWith.
+type BudgetConfig struct {
+	// Limit is the cap in bytes; 0 or less means no cap.
+	Limit int64
+	// Used is what was counted already, e.g. restored after a daemon
+	// restart so that the cap is not granted afresh.
+	Used int64
+	// OnStep, when set with Step > 0, is called each time the count
+	// crosses a multiple of Step, so that the owner can persist it without
+	// waiting for its next periodic save. It runs on the goroutine that
+	// counted and must not block.
+	OnStep func()
+	Step   int64
+}
+
+// NewBudgetWith returns a budget configured by c.
+func NewBudgetWith(c BudgetConfig) *Budget {
+	b := &Budget{limit: max(c.Limit, 0)}
+	b.used.Store(max(c.Used, 0))
+	if c.OnStep != nil && c.Step > 0 {
+		b.step, b.onStep = c.Step, c.OnStep
 	}
-	return &Budget{limit: limit}
+	return b
 }
 
 // Limit is the cap in bytes, 0 for none.
@@ -76,7 +100,7 @@ func (bw *budgetWriter) Write(p []byte) (int, error) {
 		}
 		if int64(len(p)) > left {
 			n, err := bw.w.Write(p[:left])
-			b.used.Add(int64(n))
+			b.add(int64(n))
 			if err != nil {
 				return n, err
 			}
@@ -84,8 +108,19 @@ func (bw *budgetWriter) Write(p []byte) (int, error) {
 		}
 	}
 	n, err := bw.w.Write(p)
-	b.used.Add(int64(n))
+	b.add(int64(n))
 	return n, err
+}
+
+// add counts n bytes and tells onStep when that crossed a step.
+func (b *Budget) add(n int64) {
+	if n <= 0 {
+		return
+	}
+	now := b.used.Add(n)
+	if b.onStep != nil && (now-n)/b.step != now/b.step {
+		b.onStep()
+	}
 }
 
 func (bw *budgetWriter) capErr() error {

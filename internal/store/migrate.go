@@ -196,6 +196,17 @@ ALTER TABLE tenants ADD COLUMN quota TEXT;            -- JSON api.QuotaOverride
 ALTER TABLE api_keys ADD COLUMN rate_limit_rps REAL;
 ALTER TABLE api_keys ADD COLUMN rate_limit_burst INTEGER;
 `,
+	// 7: the exposed preview ports of each sandbox, so that preview URLs
+	// keep answering across a daemon restart.
+	`
+CREATE TABLE sandbox_previews (
+	sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+	port       INTEGER NOT NULL,
+	public     INTEGER NOT NULL DEFAULT 0,
+	created_at INTEGER NOT NULL,
+	PRIMARY KEY (sandbox_id, port)
+);
+`,
 }
 
 func migrate(ctx context.Context, db *sql.DB) error {
