@@ -1,35 +1,49 @@
 package cli
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
 )
 
 // maxCLICode bounds code read from a file or stdin (the server's limit is
 // 1 MiB as well).
 const maxCLICode = 1 << 20
 
+// sandboxIDRE recognises a sandbox id given as the first argument of
+// `airlock code` (a cell that is only such a name would do nothing).
+var sandboxIDRE = regexp.MustCompile(`^sbx_[a-z0-9]{1,64}$`)
+
 func (a *app) newCodeCmd() *cobra.Command {
 	var (
 		contextID, language, file, saveDir string
+		sandboxID, template                string
 		timeout                            float64
 		jsonOut                            bool
 	)
 	cmd := &cobra.Command{
-		Use:   "code SANDBOX [CODE]",
-		Short: "Run a code-interpreter cell in a sandbox (python, javascript, bash)",
+		Use:   "code [SANDBOX] [CODE]",
+		Short: "Run a code-interpreter cell (python, javascript, bash)",
 		Long: `Run a cell in a stateful code-interpreter context of a sandbox: variables,
 imports and the working directory persist between calls. Without --context
 the cell runs in the sandbox's default context of --language.
+
+The sandbox is SANDBOX, or --sandbox, or $AIRLOCK_SANDBOX; with none, a
+sandbox of --template (code-interpreter) is created for this one cell and
+deleted after it (its state goes with it).
 
 The code is CODE, or the file given with -f, or stdin when CODE is "-" or
 missing. stdout and stderr are streamed; the value of the last expression
@@ -37,13 +51,29 @@ is printed; images (PNG, JPEG, SVG) are saved to --save-dir when given.
 With --json every event is printed as one JSON line.
 
 The exit status is 1 when the cell raised an error, 0 otherwise.`,
-		Example: `  airlock code sbx_… 'import math; math.pi'
+		Example: `  airlock code 'print(1)'                      # a one-off sandbox
+  airlock code sbx_… 'import math; math.pi'
+  airlock code --sandbox sbx_… --context ctx_… 'x + 1'
   airlock code --language javascript sbx_… '[1,2,3].map(x => x*2)'
   airlock code sbx_… -f analysis.py --save-dir ./charts
   echo 'ls | wc -l' | airlock code --language bash sbx_…`,
-		Args: cobra.RangeArgs(1, 2),
+		Args: cobra.RangeArgs(0, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			code, err := a.codeSource(args, file)
+			if sandboxID == "" {
+				sandboxID = a.getenv("AIRLOCK_SANDBOX")
+			}
+			codeArg := ""
+			switch {
+			case len(args) == 2 && cmd.Flags().Changed("sandbox"):
+				return usagef("give the sandbox as an argument or with --sandbox, not both")
+			case len(args) == 2:
+				sandboxID, codeArg = args[0], args[1]
+			case len(args) == 1 && sandboxIDRE.MatchString(args[0]) && !cmd.Flags().Changed("sandbox"):
+				sandboxID = args[0]
+			case len(args) == 1:
+				codeArg = args[0]
+			}
+			code, err := a.codeSource(codeArg, file)
 			if err != nil {
 				return err
 			}
@@ -58,8 +88,21 @@ The exit status is 1 when the cell raised an error, 0 otherwise.`,
 			if err != nil {
 				return err
 			}
+			if sandboxID == "" {
+				sbx, aborted, err := a.createCodeSandbox(cmd.Context(), c, template)
+				if sbx != nil {
+					defer a.deleteQuietly(cmd.Context(), c, sbx.ID)
+				}
+				if err != nil {
+					return err
+				}
+				if aborted {
+					return exitCodeError{exitInterrupted}
+				}
+				sandboxID = sbx.ID
+			}
 			failed, images := false, 0
-			for ev, err := range c.RunCodeStream(cmd.Context(), args[0], req) {
+			for ev, err := range c.RunCodeStream(cmd.Context(), sandboxID, req) {
 				if err != nil {
 					return err
 				}
@@ -103,14 +146,41 @@ The exit status is 1 when the cell raised an error, 0 otherwise.`,
 	fl.Float64Var(&timeout, "timeout", 0, "seconds before the cell is interrupted (default: the server's, 300)")
 	fl.StringVar(&saveDir, "save-dir", "", "save images of results in this directory")
 	fl.BoolVar(&jsonOut, "json", false, "print each event as a JSON line")
+	fl.StringVarP(&sandboxID, "sandbox", "s", "", "the sandbox (default: $AIRLOCK_SANDBOX, else a one-off sandbox)")
+	fl.StringVar(&template, "template", "code-interpreter", "template of a one-off sandbox")
 	return cmd
 }
 
-// codeSource returns the cell's code from the argument, -f or stdin.
-func (a *app) codeSource(args []string, file string) (string, error) {
+// createCodeSandbox creates a one-off sandbox of template for a cell. A
+// shipped template's first use is a build of a couple of minutes, during
+// which creates answer unavailable: it says so once and waits.
+func (a *app) createCodeSandbox(ctx context.Context, c *client.Client, template string) (*api.Sandbox, bool, error) {
+	said := false
+	for {
+		sbx, aborted, err := a.createInterruptibly(ctx, c, api.CreateSandboxRequest{Template: template})
+		if err == nil || aborted || !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), "being built") {
+			return sbx, aborted, err
+		}
+		if !said {
+			fmt.Fprintf(a.stderr, "airlock: template %s is being built (its first use takes a few minutes)…\n", template)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-a.interrupts:
+			return nil, true, nil
+		case <-time.After(3 * time.Second):
+		}
+	}
+}
+
+// codeSource returns the cell's code from arg ("" or "-": none), -f or
+// stdin.
+func (a *app) codeSource(arg, file string) (string, error) {
 	var r io.Reader
 	switch {
-	case file != "" && len(args) == 2:
+	case file != "" && arg != "":
 		return "", usagef("give CODE or --file, not both")
 	case file != "":
 		f, err := os.Open(file)
@@ -119,8 +189,8 @@ func (a *app) codeSource(args []string, file string) (string, error) {
 		}
 		defer f.Close()
 		r = f
-	case len(args) == 2 && args[1] != "-":
-		return args[1], nil
+	case arg != "" && arg != "-":
+		return arg, nil
 	default:
 		r = a.stdin
 	}

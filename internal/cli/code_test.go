@@ -6,11 +6,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/airlockhq/airlock/api"
@@ -108,3 +111,103 @@ func TestCodeCommand(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestCodeCommandSandboxChoice: the sandbox comes from the first argument,
+// --sandbox or $AIRLOCK_SANDBOX; with none, a one-off code-interpreter
+// sandbox is created for the cell and deleted after it.
+func TestCodeCommandSandboxChoice(t *testing.T) {
+	code, reqs := fakeCode(t)
+	var (
+		mu               sync.Mutex
+		creates, deletes []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case r.Method == "POST" && r.URL.Path == "/v1/sandboxes":
+			var req api.CreateSandboxRequest
+			json.NewDecoder(r.Body).Decode(&req)
+			creates = append(creates, req.Template)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			json.NewEncoder(w).Encode(api.Sandbox{ID: "sbx_1", State: api.StateRunning})
+		case r.Method == "DELETE" && r.URL.Path == "/v1/sandboxes/sbx_1":
+			deletes = append(deletes, r.URL.Path)
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			// The cell itself: the code fake (which knows only sbx_1).
+			req, _ := http.NewRequestWithContext(r.Context(), r.Method, code.URL+r.URL.RequestURI(), r.Body)
+			req.Header = r.Header.Clone()
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				w.WriteHeader(http.StatusBadGateway)
+				return
+			}
+			defer resp.Body.Close()
+			for k, v := range resp.Header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(resp.StatusCode)
+			io.Copy(w, resp.Body)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	tests := []struct {
+		name         string
+		args         []string
+		env          string
+		stdin        string
+		wantCreates  []string
+		wantCode     string
+		wantUsageErr bool
+	}{
+		{name: "one_off", args: []string{"print(1)"}, wantCreates: []string{"code-interpreter"}, wantCode: "print(1)"},
+		{name: "one_off_template", args: []string{"--template", "python", "x"}, wantCreates: []string{"python"}, wantCode: "x"},
+		{name: "flag", args: []string{"--sandbox", "sbx_1", "x"}, wantCode: "x"},
+		{name: "env", args: []string{"x"}, env: "sbx_1", wantCode: "x"},
+		{name: "id_then_stdin", args: []string{"sbx_1"}, stdin: "from stdin", wantCode: "from stdin"},
+		{name: "both", args: []string{"--sandbox", "sbx_1", "sbx_1", "x"}, wantUsageErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			*reqs = nil
+			mu.Lock()
+			creates, deletes = nil, nil
+			mu.Unlock()
+			var out, errOut bytes.Buffer
+			a := &app{stdin: strings.NewReader(tt.stdin), stdout: &out, stderr: &errOut,
+				getenv: func(k string) string {
+					if k == "AIRLOCK_SANDBOX" {
+						return tt.env
+					}
+					return ""
+				}, url: srv.URL, apiKey: "ak_good"}
+			cmd := a.newCodeCmd()
+			cmd.SetArgs(tt.args)
+			cmd.SetOut(&out)
+			cmd.SetErr(&errOut)
+			err := cmd.ExecuteContext(context.Background())
+			if tt.wantUsageErr {
+				if err == nil {
+					t.Fatal("want a usage error")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("err %v; stderr %s", err, errOut.String())
+			}
+			if len(*reqs) != 1 || (*reqs)[0].Code != tt.wantCode {
+				t.Fatalf("cells %+v, want one of %q", *reqs, tt.wantCode)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(creates, tt.wantCreates) {
+				t.Errorf("creates %v, want %v", creates, tt.wantCreates)
+			}
+			if len(deletes) != len(tt.wantCreates) {
+				t.Errorf("deletes %v: a one-off sandbox must be deleted, no other", deletes)
+			}
+		})
+	}
+}
