@@ -139,7 +139,11 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 	if s.hc == nil {
 		// No client-wide Timeout: exec streams and file transfers legitimately
 		// last long; callers bound calls with their context.
-		s.hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		// Request bodies go out in large writes (see bulkConn): uploads
+		// cost the client and the daemon less.
+		tr.DialContext = bulkDialer(tr.DialContext)
+		s.hc = &http.Client{Transport: tr}
 	}
 	if s.resumeBackoff <= 0 {
 		s.resumeBackoff = 200 * time.Millisecond

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strconv"
+	"sync"
+	"syscall"
 
 	"github.com/airlockhq/airlock/api"
 )
@@ -156,6 +159,56 @@ func (b *downloadBody) WriteTo(w io.Writer) (int64, error) {
 			return total, err
 		}
 	}
+}
+
+// uploadWrite is the size of the writes bulkConn sends a request body in.
+// net/http copies a body of known length in 32 KiB writes (its LimitReader
+// hides the body's own WriterTo); measured on a 100 MiB upload over
+// loopback, 1 MiB writes cut the client's CPU time by about a quarter and
+// the daemon's, which splices the body on, by about a fifth (fewer, fuller
+// segments to move).
+const uploadWrite = 1 << 20
+
+var uploadBufs = sync.Pool{New: func() any { b := make([]byte, uploadWrite); return &b }}
+
+// bulkDialer wraps a Transport's DialContext so that its connections send
+// request bodies in large writes (see bulkConn).
+func bulkDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &bulkConn{Conn: c}, nil
+	}
+}
+
+// bulkConn is a connection whose ReadFrom, which net/http's Transport uses
+// to send a request body, writes in uploadWrite pieces, or the body at once
+// when it has a WriterTo. A body the kernel can move itself (a file, a
+// socket: sendfile, splice) still goes to the connection's own ReadFrom.
+type bulkConn struct{ net.Conn }
+
+// ReadFrom implements io.ReaderFrom.
+func (c *bulkConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok && kernelSource(r) {
+		return rf.ReadFrom(r)
+	}
+	bp := uploadBufs.Get().(*[]byte)
+	defer uploadBufs.Put(bp)
+	// The wrapper hides c's ReadFrom from CopyBuffer, which would call
+	// this again.
+	return io.CopyBuffer(struct{ io.Writer }{c.Conn}, r, *bp)
+}
+
+// kernelSource reports whether r, or the reader inside an io.LimitedReader,
+// has a file descriptor (net's ReadFrom may then use sendfile or splice).
+func kernelSource(r io.Reader) bool {
+	if lr, ok := r.(*io.LimitedReader); ok {
+		r = lr.R
+	}
+	_, ok := r.(syscall.Conn)
+	return ok
 }
 
 // List returns the entries under path, depth levels deep (0: server default, 1).

@@ -94,11 +94,12 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
   cgroup file; the final exec record is written after the answer. The p99 is the host's: the
   daemon's GC (a heap of a few MB is collected every ~150 execs), SQLite WAL checkpoints, and the
   neighbours — fork/exec's own p99/p50 is printed beside it for scale.
-- **Upload.** Four copies in three processes on two vCPUs: the client's writes into TCP (Go's
-  net/http copies a body of known length in 32 KiB writes), the daemon's read from TCP, its write
-  to a direct unix connection to the agent (1 MiB frames, no yamux), and the agent's splice into the
-  page cache of the sandbox's ext4 layer. Per 100 MiB that is ≈ 40–50 ms of CPU in the client,
-  35–45 ms in the daemon and 45–55 ms in the agent; `cp` is one in-kernel copy (copy_file_range).
+- **Upload.** For an HTTP/1.1 upload of 1 MiB or more the daemon takes the connection from net/http and
+  splices the request's socket into its direct unix connection to the agent, frame by frame (a frame
+  header written, then exactly its bytes spliced through a pipe; `SO_RCVLOWAT` 1 MiB so it wakes once a
+  megabyte), and the agent splices that into the page cache of the sandbox's ext4 layer: the client's
+  write and the agent's copy into the file are the only copies left. The Go SDK sends a body in 1 MiB
+  writes (net/http's own are 32 KiB). `cp` is one in-kernel copy (copy_file_range).
 - **Download.** The agent sendfile()s the file from the page cache to its socket and the daemon
   splice()s that socket into the client's TCP connection: the only copy left is the client's read,
   and the rest is loopback TCP and syscalls.

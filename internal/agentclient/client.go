@@ -468,7 +468,8 @@ func (c *Client) roundTrip(ctx context.Context, req agentproto.Request) (agentpr
 // and returns the final response. The agent may fail the request while data
 // is still flowing (too large, disk full); a reader goroutine catches that
 // response and stops the writer at once. bulk sends it as a file transfer
-// (see openBulk), with full frames.
+// (see openBulk), with full frames; there an *agentproto.SocketBody moves
+// from socket to socket by splice (spliceUpload).
 func (c *Client) upload(ctx context.Context, req agentproto.Request, r io.Reader, bulk bool) (agentproto.Response, error) {
 	start := c.startResp
 	if bulk {
@@ -496,9 +497,17 @@ func (c *Client) upload(ctx context.Context, req agentproto.Request, r io.Reader
 	}()
 
 	var werr error
-	if cl.direct {
+	spliced := false
+	if sb, ok := r.(*agentproto.SocketBody); ok && cl.direct {
+		if conn, ok := cl.st.(net.Conn); ok {
+			_, spliced, werr = spliceUpload(cl.fw, conn, sb, agentproto.DirectChunk)
+		}
+	}
+	switch {
+	case spliced:
+	case cl.direct:
 		_, werr = cl.fw.CopyFrom(r, agentproto.DirectChunk)
-	} else {
+	default:
 		_, werr = cl.fw.ReadFrom(r)
 	}
 	if werr == nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 )
 
@@ -156,6 +157,65 @@ func (fw *FrameWriter) CopyFrom(r io.Reader, chunk int) (int64, error) {
 			return total, &SourceError{Err: rerr}
 		}
 	}
+}
+
+// SocketBody is an upload source of a known length whose bytes are still in
+// a socket: Head (what the socket's owner already read ahead), then exactly
+// N more bytes from Conn. A writer that knows it (agentclient, on a direct
+// connection) moves the Conn part by splice(2) and advances N and Consumed
+// by Advance; Read serves every other. A Conn that ends before N bytes gives
+// io.ErrUnexpectedEOF.
+type SocketBody struct {
+	Head []byte
+	Conn net.Conn
+	N    int64
+
+	consumed int64
+}
+
+// Read implements io.Reader.
+func (sb *SocketBody) Read(p []byte) (int, error) {
+	if len(sb.Head) > 0 {
+		n := copy(p, sb.Head)
+		sb.Head = sb.Head[n:]
+		sb.consumed += int64(n)
+		return n, nil
+	}
+	if sb.N <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > sb.N {
+		p = p[:sb.N]
+	}
+	n, err := sb.Conn.Read(p)
+	sb.N -= int64(n)
+	sb.consumed += int64(n)
+	if err == io.EOF {
+		if sb.N > 0 {
+			return n, io.ErrUnexpectedEOF
+		}
+		if n > 0 {
+			err = nil
+		}
+	}
+	return n, err
+}
+
+// Consumed returns how many bytes of the body were taken so far.
+func (sb *SocketBody) Consumed() int64 { return sb.consumed }
+
+// TakeHead returns Head, counted as consumed, and clears it.
+func (sb *SocketBody) TakeHead() []byte {
+	h := sb.Head
+	sb.Head = nil
+	sb.consumed += int64(len(h))
+	return h
+}
+
+// Advance records that n bytes were taken from Conn without Read.
+func (sb *SocketBody) Advance(n int64) {
+	sb.N -= n
+	sb.consumed += n
 }
 
 // WriteHeader writes only the header of a frame of type t with an n-byte

@@ -1,15 +1,23 @@
 package server
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"os"
 	"path"
 	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
@@ -39,11 +47,23 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, p auth.Principa
 		}
 		mode = os.FileMode(n)
 	}
-	body := http.MaxBytesReader(w, r.Body, max)
 	var (
 		res api.FileWritten
 		err error
 	)
+	if sb := takeUpload(w, r); sb != nil {
+		res, err = s.m.WriteFile(r.Context(), p, r.PathValue("id"), q.Get("path"), q.Get("user"), mode, sb, max)
+		if ab, ok := r.Body.(*auditBody); ok {
+			ab.n += sb.Consumed()
+		}
+		if err != nil {
+			return err
+		}
+		logFrom(r.Context()).Debug("file written", "sandbox_id", r.PathValue("id"), "bytes", res.Size, "conn_taken", true)
+		writeJSON(w, http.StatusCreated, res)
+		return nil
+	}
+	body := http.MaxBytesReader(w, r.Body, max)
 	if isTar(r) {
 		res, err = s.m.TarIn(r.Context(), p, r.PathValue("id"), q.Get("path"), q.Get("user"), body)
 	} else {
@@ -169,4 +189,128 @@ func copyResponse(w http.ResponseWriter, r io.Reader) (int64, error) {
 	n, err := io.Copy(rec.ResponseWriter, r)
 	rec.bytes += n
 	return n, err
+}
+
+// spliceUploadMin is the smallest upload that takes its connection from
+// net/http (takeUpload): below it, the two copies through the daemon cost
+// less than a connection that cannot be reused.
+const spliceUploadMin = 1 << 20
+
+// takeUpload hijacks the connection of a large plain HTTP/1.1 file upload
+// of known length, so that the body can go from the client's socket to the
+// agent's by splice(2) instead of through two copies in the daemon (see
+// agentproto.SocketBody). The response, written through w as usual, is then
+// sent by the connection's own writer once the request is over, with
+// Connection: close. It returns nil, having touched nothing, when the
+// request does not qualify or the connection cannot be taken.
+func takeUpload(w http.ResponseWriter, r *http.Request) *agentproto.SocketBody {
+	rec, ok := w.(*statusRecorder)
+	if !ok || rec.wrote || isTar(r) || r.ProtoMajor != 1 || r.TLS != nil || r.ContentLength < spliceUploadMin {
+		return nil
+	}
+	// The original's headers (X-Request-Id…) go in the hijacked response.
+	hdr := rec.Header().Clone()
+	conn, brw, err := http.NewResponseController(rec.ResponseWriter).Hijack()
+	if err != nil {
+		return nil
+	}
+	// net/http read past the headers: those bytes start the body.
+	head := make([]byte, min(int64(brw.Reader.Buffered()), r.ContentLength))
+	_, _ = io.ReadFull(brw.Reader, head)
+	sb := &agentproto.SocketBody{Head: head, Conn: conn, N: r.ContentLength - int64(len(head))}
+	if len(head) == 0 && strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+		// net/http would send this on the first read of the body; curl
+		// waits for it before sending a large one.
+		_, _ = io.WriteString(conn, "HTTP/1.1 100 Continue\r\n\r\n")
+	}
+	rr := &rawResponse{conn: conn, header: hdr, body: sb}
+	rec.ResponseWriter = rr
+	// The request's context ends when ServeHTTP has returned, after the
+	// error handling and the access log: the response is complete then.
+	context.AfterFunc(r.Context(), rr.finish)
+	return sb
+}
+
+// rawResponseTimeout bounds sending a hijacked upload's response (a few
+// hundred bytes) and draining what the client still sends after an early
+// error: a client that takes neither in 5 s is not reading, and its
+// connection is dropped rather than held.
+const rawResponseTimeout = 5 * time.Second
+
+// rawResponse is the http.ResponseWriter of a hijacked upload: it keeps the
+// status and body and sends them, as an HTTP/1.1 response that closes the
+// connection, when finish is called.
+type rawResponse struct {
+	conn   net.Conn
+	header http.Header
+	body   *agentproto.SocketBody
+
+	mu     sync.Mutex
+	status int
+	buf    bytes.Buffer
+	done   bool
+}
+
+// Header implements http.ResponseWriter.
+func (rr *rawResponse) Header() http.Header { return rr.header }
+
+// WriteHeader implements http.ResponseWriter.
+func (rr *rawResponse) WriteHeader(code int) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.status == 0 {
+		rr.status = code
+	}
+}
+
+// Write implements http.ResponseWriter; the bytes are sent by finish.
+func (rr *rawResponse) Write(b []byte) (int, error) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.done {
+		return 0, http.ErrHijacked
+	}
+	if rr.status == 0 {
+		rr.status = http.StatusOK
+	}
+	return rr.buf.Write(b)
+}
+
+// finish sends the response and closes the connection. Without a status
+// (the handler aborted) the connection is just closed, which the client
+// sees as a failed request.
+func (rr *rawResponse) finish() {
+	rr.mu.Lock()
+	rr.done = true
+	status, body := rr.status, rr.buf.Bytes()
+	rr.mu.Unlock()
+	defer rr.conn.Close()
+	_ = rr.conn.SetDeadline(time.Now().Add(rawResponseTimeout))
+	if status == 0 {
+		return
+	}
+	h := rr.header
+	h.Del("Transfer-Encoding")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Connection", "close")
+	if h.Get("Date") == "" {
+		h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+	}
+	bw := bufio.NewWriter(rr.conn)
+	fmt.Fprintf(bw, "HTTP/1.1 %03d %s\r\n", status, http.StatusText(status))
+	_ = h.Write(bw)
+	_, _ = bw.WriteString("\r\n")
+	_, _ = bw.Write(body)
+	if bw.Flush() != nil {
+		return
+	}
+	if rr.body.N > 0 || len(rr.body.Head) > 0 {
+		// The body was refused part way: closing with unread bytes would
+		// reset the connection, and the client could lose the answer.
+		// Half-close, and drain until the client closes too.
+		if cw, ok := rr.conn.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		_, _ = io.Copy(io.Discard, rr.conn)
+	}
 }
