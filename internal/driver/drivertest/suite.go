@@ -786,7 +786,9 @@ func testTeardown(t *testing.T, d driver.Driver, tmpl driver.Template, o options
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			id := newID("sbx_td")
-			if _, err := d.Create(ctx, driver.Spec{ID: id, Template: tmpl}); err != nil {
+			// A small disk each: the count is the point, and the host's
+			// disk admission must not refuse the fiftieth on a fuller disk.
+			if _, err := d.Create(ctx, driver.Spec{ID: id, Template: tmpl, Resources: driver.Resources{DiskMB: 64}}); err != nil {
 				errs <- err
 				return
 			}

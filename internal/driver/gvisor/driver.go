@@ -159,8 +159,10 @@ func New(cfg Config) (*Driver, error) {
 			// The Sentry's netstack takes the namespace's interfaces at
 			// start (see netstack.go).
 			InterfacesAtStart: true,
-			EditSpec:          editSpec,
-			Launch:            launch,
+			// Its control socket is abstract, in the sandbox's namespace.
+			CommandsInNetNS: true,
+			EditSpec:        editSpec,
+			Launch:          launch,
 		},
 	})
 	if err != nil {

@@ -9,10 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,72 +35,69 @@ const procDirName = "netproc"
 // daemon prepared, runsc must start from inside that namespace, where it
 // copies the interfaces' addresses and routes into gVisor's stack, strips
 // them from the host side and hands the Sentry raw sockets on them. Two
-// things stand in the way of Debian's runsc on this kernel, and both are
-// dealt with on a thread of its own, whose namespaces the command inherits:
+// things stand in the way of Debian's runsc on this kernel:
 //
 //   - runsc tells the host's root namespace from another by whether
 //     /proc/sys/net/core/rmem_default exists, which since Linux 6.x it does
 //     in every namespace ("cannot run with network enabled in root network
-//     namespace"). In a mount namespace of the thread's own, an empty
-//     read-only tmpfs hides that directory; only runsc's own short-lived
-//     process looks there (the Sentry and the Gofer build their own root
-//     and /proc).
+//     namespace"). In a mount namespace of runsc's own, an empty read-only
+//     tmpfs hides that directory; only runsc's own short-lived process looks
+//     there (the Sentry and the Gofer build their own root and /proc). The
+//     Gofer and the Sentry mount a proc of their own from inside user
+//     namespaces, which the kernel allows only while the mount namespace has
+//     a proc that hides nothing: a bind of /proc is made first, at a
+//     directory of the sandbox that nothing else uses.
 //   - runsc removes the addresses from the namespace's interfaces, so a
 //     second run (a restart) would find none: they are put back from
 //     netstack.json first.
 //
-// The thread is never unlocked: the runtime ends it with the goroutine, so
-// nothing else runs in its namespaces.
+// The namespaces are entered by child processes (nsenter, unshare, a shell
+// that mounts and execs runsc), never by a thread of the daemon: a Go
+// thread that changed namespaces may be the main one, whose view
+// /proc/self shows to the whole daemon.
 func launch(cmd *exec.Cmd, netnsPath, dir string) error {
 	if netnsPath == "" || !slices.Contains(cmd.Args, flagNetstack) {
 		return cmd.Run()
 	}
-	ns, err := os.Open(netnsPath)
-	if err != nil {
-		return fmt.Errorf("opening network namespace: %w", err)
+	if err := restoreAddrs(netnsPath, filepath.Join(dir, netConfigName)); err != nil {
+		return err
 	}
-	defer ns.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		errc <- func() error {
-			// CLONE_FS too: a thread shares its root and cwd with the
-			// process until then, and a new mount namespace needs its own.
-			if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
-				return fmt.Errorf("new mount namespace: %w", err)
-			}
-			// Slave: the host's unmounts (a torn-down sandbox) still reach
-			// this copy, and nothing mounted here leaks back.
-			if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
-				return fmt.Errorf("making mounts slave: %w", err)
-			}
-			if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-				return fmt.Errorf("entering network namespace: %w", err)
-			}
-			if err := restoreAddrs(filepath.Join(dir, netConfigName)); err != nil {
-				return err
-			}
-			// The Gofer and the Sentry mount a proc of their own from
-			// inside user namespaces, which the kernel allows only while
-			// the mount namespace has a proc that hides nothing: a bind
-			// of /proc made before the tmpfs below, at a directory of
-			// the sandbox that nothing else uses.
-			visible := filepath.Join(dir, procDirName)
-			if err := os.Mkdir(visible, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-				return fmt.Errorf("creating proc dir: %w", err)
-			}
-			if err := unix.Mount("/proc", visible, "", unix.MS_BIND, ""); err != nil {
-				return fmt.Errorf("binding proc: %w", err)
-			}
-			// /proc/sys/net shows the calling thread's namespace: this is
-			// the sandbox's view of the directory, mounted over.
-			if err := unix.Mount("tmpfs", "/proc/sys/net/core", "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=555"); err != nil {
-				return fmt.Errorf("hiding the namespace's net.core sysctls: %w", err)
-			}
-			return cmd.Run()
-		}()
-	}()
-	return <-errc
+	visible := filepath.Join(dir, procDirName)
+	if err := os.Mkdir(visible, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("creating proc dir: %w", err)
+	}
+	if err := wrapInNamespaces(cmd, netnsPath, visible); err != nil {
+		return err
+	}
+	return cmd.Run()
+}
+
+// nsScript runs in runsc's new mount namespace: $1 is where /proc is bound,
+// the rest is runsc's command line.
+const nsScript = `set -e
+mount --bind /proc "$1"
+mount -t tmpfs -o ro,nosuid,nodev,noexec,size=4k,mode=555 tmpfs /proc/sys/net/core
+shift
+exec "$@"`
+
+// wrapInNamespaces rewrites cmd so that it runs as
+// nsenter --net=NS unshare --mount --propagation slave sh -c nsScript sh VISIBLE runsc ARGS…
+// Slave propagation: the host's unmounts (a torn-down sandbox) still reach
+// the copy, and nothing mounted there leaks back.
+func wrapInNamespaces(cmd *exec.Cmd, netnsPath, visible string) error {
+	var tools [4]string
+	for i, name := range []string{"nsenter", "unshare", "sh", "mount"} {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			return fmt.Errorf("starting runsc in the sandbox's namespaces: %w", err)
+		}
+		tools[i] = p
+	}
+	args := []string{tools[0], "--net=" + netnsPath, "--", tools[1], "--mount", "--propagation", "slave", "--",
+		tools[2], "-c", nsScript, "sh", visible, cmd.Path}
+	cmd.Args = append(args, cmd.Args[1:]...)
+	cmd.Path = tools[0]
+	return nil
 }
 
 // netConfig is what runsc takes away from a namespace's interfaces.
@@ -124,8 +121,13 @@ type routeConfig struct {
 // loopback) in path, and gives those runsc stripped in an earlier run
 // their recorded ones back. The namespace is the daemon's: the sandbox
 // never had a say in it.
-func restoreAddrs(path string) error {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+func restoreAddrs(netnsPath, path string) error {
+	ns, err := netns.GetFromPath(netnsPath)
+	if err != nil {
+		return fmt.Errorf("opening network namespace: %w", err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("opening netlink in the sandbox namespace: %w", err)
 	}

@@ -342,7 +342,7 @@ func TestRestoreAddrs(t *testing.T) {
 						return err
 					}
 				}
-				return restoreAddrs(path)
+				return restoreAddrs(sbx.Path(), path)
 			}); err != nil {
 				t.Fatal(err)
 			}

@@ -223,6 +223,18 @@ func New(cfg Config) (*Driver, error) {
 		diskPending: map[string]int64{},
 		stop:        make(chan struct{}),
 	}
+	if rt.CommandsInNetNS {
+		d.runc.netnsOf = func(id string) string {
+			if checkID(id) != nil {
+				return ""
+			}
+			st, err := loadState(d.dir(id))
+			if err != nil {
+				return ""
+			}
+			return st.NetNS
+		}
+	}
 	for _, dir := range []struct {
 		path string
 		mode os.FileMode

@@ -25,6 +25,11 @@ type runcCLI struct {
 	root string // runc state directory (--root)
 	// global are flags before every subcommand (Runtime.GlobalArgs).
 	global []string
+	// netnsOf, when set, names the network namespace a container's
+	// subcommands must run in ("" for the caller's): runsc's control
+	// socket is an abstract unix socket, which exists only in the network
+	// namespace its sandbox was started in (Runtime.CommandsInNetNS).
+	netnsOf func(id string) string
 }
 
 // containerState is the JSON `runc state` prints.
@@ -51,16 +56,37 @@ func (r *runcCLI) command(ctx context.Context, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// exec runs a short runc subcommand and returns its stdout. Only for
-// subcommands that start no container: pipes are safe there.
-func (r *runcCLI) exec(ctx context.Context, args ...string) ([]byte, error) {
+// exec runs a short runc subcommand about container id and returns its
+// stdout. Only for subcommands that start no container: pipes are safe
+// there.
+func (r *runcCLI) exec(ctx context.Context, id string, args ...string) ([]byte, error) {
 	cmd := r.command(ctx, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	run := cmd.Run
+	if r.netnsOf != nil {
+		if ns := r.netnsOf(id); ns != "" {
+			run = func() error { return runInNetNS(cmd, ns) }
+		}
+	}
+	if err := run(); err != nil {
 		return stdout.Bytes(), runcError(args[0], stderr.Bytes(), err)
 	}
 	return stdout.Bytes(), nil
+}
+
+// runInNetNS runs cmd inside the network namespace at path, through
+// nsenter: a child process enters it, never a thread of the daemon (one
+// that changed namespaces may be the main thread, whose view /proc/self
+// shows to the whole daemon).
+func runInNetNS(cmd *exec.Cmd, path string) error {
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		return fmt.Errorf("entering network namespace: %w", err)
+	}
+	cmd.Args = append([]string{nsenter, "--net=" + path, "--", cmd.Path}, cmd.Args[1:]...)
+	cmd.Path = nsenter
+	return cmd.Run()
 }
 
 // run starts the container of the bundle in bundleDir, detached. runc's own
@@ -109,7 +135,7 @@ func (r *runcCLI) state(ctx context.Context, id string) (containerState, error) 
 	if !r.exists(id) {
 		return st, errdefs.Wrap(errdefs.ErrNotFound, "runc container %s", id)
 	}
-	out, err := r.exec(ctx, "state", id)
+	out, err := r.exec(ctx, id, "state", id)
 	if err != nil {
 		return st, err
 	}
@@ -124,22 +150,22 @@ func (r *runcCLI) kill(ctx context.Context, id, sig string, all bool) error {
 	if all {
 		args = append(args, "--all")
 	}
-	_, err := r.exec(ctx, append(args, id, sig)...)
+	_, err := r.exec(ctx, id, append(args, id, sig)...)
 	return err
 }
 
 func (r *runcCLI) delete(ctx context.Context, id string) error {
-	_, err := r.exec(ctx, "delete", "--force", id)
+	_, err := r.exec(ctx, id, "delete", "--force", id)
 	return err
 }
 
 func (r *runcCLI) pause(ctx context.Context, id string) error {
-	_, err := r.exec(ctx, "pause", id)
+	_, err := r.exec(ctx, id, "pause", id)
 	return err
 }
 
 func (r *runcCLI) resume(ctx context.Context, id string) error {
-	_, err := r.exec(ctx, "resume", id)
+	_, err := r.exec(ctx, id, "resume", id)
 	return err
 }
 

@@ -50,6 +50,11 @@ type Runtime struct {
 	// InterfacesAtStart is what Capabilities reports (runsc's netstack
 	// learns the namespace's interfaces when it starts).
 	InterfacesAtStart bool
+	// CommandsInNetNS runs a sandbox's runtime subcommands (state, kill,
+	// delete, pause, resume) inside the network namespace it was started
+	// in, when it has one: runsc reaches its sandbox through an abstract
+	// unix socket, which is per network namespace.
+	CommandsInNetNS bool
 	// EditSpec adjusts the bundle after it is built, before it is written;
 	// dir is the sandbox's host directory, where it may put files the
 	// bundle needs.
