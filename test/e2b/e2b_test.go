@@ -3,7 +3,6 @@ package e2btest
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -50,44 +49,11 @@ const (
 var _ e2b.CodeService = (*interp.Service)(nil)
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		if agentDir != "" {
-			os.RemoveAll(agentDir)
-		}
-		os.Exit(code)
-	}))
+	goleak.VerifyTestMain(m)
 }
 
-var (
-	agentOnce sync.Once
-	agentBin  string
-	agentErr  error
-	agentDir  string
-)
-
-// buildAgent builds a static airlock-agent once per test binary.
-func buildAgent(t testing.TB) string {
-	t.Helper()
-	agentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "airlock-e2b-agent-")
-		if err != nil {
-			agentErr = err
-			return
-		}
-		agentDir = dir
-		agentBin = filepath.Join(dir, "airlock-agent")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBin, "./cmd/airlock-agent")
-		cmd.Dir = filepath.Join("..", "..")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = fmt.Errorf("building airlock-agent: %v\n%s", err, out)
-		}
-	})
-	if agentErr != nil {
-		t.Fatal(agentErr)
-	}
-	return agentBin
-}
+// buildAgent is the static airlock-agent the sandboxes run.
+func buildAgent(t testing.TB) string { return testutil.BuildAgent(t) }
 
 // nodeModules installs the pinned SDKs (package-lock.json) with `npm ci`
 // unless they are there, and returns the directory to run node in.

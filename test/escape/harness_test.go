@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -51,36 +50,8 @@ const (
 // writable layer storage accepts (16 TiB), far beyond any host's disk.
 const maxDiskMB = 1 << 24
 
-var (
-	agentOnce sync.Once
-	agentBin  string
-	agentErr  error
-	agentDir  string // removed by TestMain
-)
-
-// buildAgent builds a static airlock-agent once per test binary.
-func buildAgent(t testing.TB) string {
-	t.Helper()
-	agentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "airlock-escape-agent-")
-		if err != nil {
-			agentErr = err
-			return
-		}
-		agentDir = dir
-		agentBin = filepath.Join(dir, "airlock-agent")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBin, "./cmd/airlock-agent")
-		cmd.Dir = filepath.Join("..", "..")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = fmt.Errorf("building airlock-agent: %v\n%s", err, out)
-		}
-	})
-	if agentErr != nil {
-		t.Fatal(agentErr)
-	}
-	return agentBin
-}
+// buildAgent is the static airlock-agent the sandboxes run.
+func buildAgent(t testing.TB) string { return testutil.BuildAgent(t) }
 
 // token returns a random hex string: secrets and markers that cannot occur
 // by chance in anything a sandbox prints.

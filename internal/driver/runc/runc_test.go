@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,64 +33,11 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		if agentDir != "" {
-			os.RemoveAll(agentDir)
-		}
-		os.Exit(code)
-	}))
+	goleak.VerifyTestMain(m)
 }
 
-var (
-	agentOnce sync.Once
-	agentBin  string
-	agentErr  error
-	agentDir  string
-)
-
-// buildAgent builds cmd/airlock-agent, static, once per test binary.
-func buildAgent(tb testing.TB) string {
-	tb.Helper()
-	agentOnce.Do(func() {
-		root, err := moduleRoot()
-		if err != nil {
-			agentErr = err
-			return
-		}
-		agentDir, agentErr = os.MkdirTemp("", "airlock-agent-build-")
-		if agentErr != nil {
-			return
-		}
-		agentBin = filepath.Join(agentDir, "airlock-agent")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBin, "./cmd/airlock-agent")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = fmt.Errorf("building airlock-agent: %v\n%s", err, out)
-		}
-	})
-	if agentErr != nil {
-		tb.Fatal(agentErr)
-	}
-	return agentBin
-}
-
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the test directory")
-		}
-		dir = parent
-	}
-}
+// buildAgent is the static airlock-agent the sandboxes run.
+func buildAgent(tb testing.TB) string { return testutil.BuildAgent(tb) }
 
 // baseTemplate ensures the base template in the shared test cache.
 func baseTemplate(tb testing.TB) driver.Template {
