@@ -112,13 +112,23 @@ func cpBaseline(workDir string, data []byte) (*baseline, error) {
 // spec (namespaces, read-only root, no user namespace, no network setup):
 // what a container costs before anything airlock adds.
 func runcBaseline(ctx context.Context, runcPath, rootfs, workDir string) (*baseline, error) {
+	return ociBaseline(ctx, "runc", runcPath, nil, rootfs, workDir)
+}
+
+// ociBaseline times `<name> run` of /bin/true in rootfs with the runtime's
+// own default spec (`<name> spec`), global flags before `run`: runc, or
+// runsc, whose CLI is runc's.
+func ociBaseline(ctx context.Context, name, path string, global []string, rootfs, workDir string) (*baseline, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("needs root")
+	}
+	if _, err := exec.LookPath(path); err != nil {
+		return nil, err
 	}
 	if fi, err := os.Stat(filepath.Join(rootfs, "bin", "true")); err != nil || fi.IsDir() {
 		return nil, fmt.Errorf("rootfs %s has no /bin/true", rootfs)
 	}
-	dir, err := os.MkdirTemp(workDir, "airlock-bench-runc-")
+	dir, err := os.MkdirTemp(workDir, "airlock-bench-"+name+"-")
 	if err != nil {
 		return nil, err
 	}
@@ -136,9 +146,9 @@ func runcBaseline(ctx context.Context, runcPath, rootfs, workDir string) (*basel
 		cleanup()
 		return nil, err
 	}
-	if out, err := exec.CommandContext(ctx, runcPath, "spec", "--bundle", bundle).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, path, "spec", "--bundle", bundle).CombinedOutput(); err != nil {
 		cleanup()
-		return nil, fmt.Errorf("runc spec: %v: %s", err, out)
+		return nil, fmt.Errorf("%s spec: %v: %s", name, err, out)
 	}
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
@@ -147,23 +157,24 @@ func runcBaseline(ctx context.Context, runcPath, rootfs, workDir string) (*basel
 	}
 	i := 0
 	return &baseline{
-		name: "bare runc",
+		name: "bare " + name,
 		once: func(ctx context.Context) (time.Duration, error) {
 			id := fmt.Sprintf("%s-%d", group, i)
 			i++
 			if err := writeSpec(filepath.Join(bundle, "config.json"), rootfs, "/"+group+"/"+id); err != nil {
 				return 0, err
 			}
-			cmd := exec.CommandContext(ctx, runcPath, "--root", state, "run", "--bundle", bundle, id)
-			// Never a pipe: runc hands its stdio to the container.
+			args := append(append([]string{"--root", state}, global...), "run", "--bundle", bundle, id)
+			cmd := exec.CommandContext(ctx, path, args...)
+			// Never a pipe: the runtime hands its stdio to the container.
 			cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
 			start := time.Now()
 			err := cmd.Run()
 			d := time.Since(start)
 			if err != nil {
 				// Clean up a half-made container before reporting.
-				_ = exec.Command(runcPath, "--root", state, "delete", "--force", id).Run()
-				return 0, fmt.Errorf("runc run: %w", err)
+				_ = exec.Command(path, "--root", state, "delete", "--force", id).Run()
+				return 0, fmt.Errorf("%s run: %w", name, err)
 			}
 			return d, nil
 		},

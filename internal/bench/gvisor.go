@@ -2,13 +2,7 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
@@ -77,65 +71,5 @@ func GVisorCreate(ctx context.Context, cfg Config, runscPath, platform string) (
 // airlock runs a sandbox of network mode none): what a gVisor sandbox costs
 // before anything airlock adds.
 func runscBaseline(ctx context.Context, runscPath, platform, rootfs, workDir string) (*baseline, error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("needs root")
-	}
-	if _, err := exec.LookPath(runscPath); err != nil {
-		return nil, err
-	}
-	if fi, err := os.Stat(filepath.Join(rootfs, "bin", "true")); err != nil || fi.IsDir() {
-		return nil, fmt.Errorf("rootfs %s has no /bin/true", rootfs)
-	}
-	dir, err := os.MkdirTemp(workDir, "airlock-bench-runsc-")
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	group := "airlock-bench-" + hex.EncodeToString(b)
-	cleanup := func() error {
-		err := removeCgroups(group)
-		return errors.Join(err, os.RemoveAll(dir))
-	}
-	bundle, state := filepath.Join(dir, "bundle"), filepath.Join(dir, "state")
-	if err := os.MkdirAll(bundle, 0o700); err != nil {
-		cleanup()
-		return nil, err
-	}
-	if out, err := exec.CommandContext(ctx, runscPath, "spec", "--bundle", bundle).CombinedOutput(); err != nil {
-		cleanup()
-		return nil, fmt.Errorf("runsc spec: %v: %s", err, out)
-	}
-	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	if err != nil {
-		cleanup()
-		return nil, err
-	}
-	i := 0
-	return &baseline{
-		name: "bare runsc",
-		once: func(ctx context.Context) (time.Duration, error) {
-			id := fmt.Sprintf("%s-%d", group, i)
-			i++
-			if err := writeSpec(filepath.Join(bundle, "config.json"), rootfs, "/"+group+"/"+id); err != nil {
-				return 0, err
-			}
-			cmd := exec.CommandContext(ctx, runscPath, "--root", state, "--platform="+platform, "--network=none",
-				"run", "--bundle", bundle, id)
-			// Never a pipe: runsc hands its stdio to the container.
-			cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
-			start := time.Now()
-			err := cmd.Run()
-			d := time.Since(start)
-			if err != nil {
-				_ = exec.Command(runscPath, "--root", state, "delete", "--force", id).Run()
-				return 0, fmt.Errorf("runsc run: %w", err)
-			}
-			return d, nil
-		},
-		close: func() error {
-			devnull.Close()
-			return cleanup()
-		},
-	}, nil
+	return ociBaseline(ctx, "runsc", runscPath, []string{"--platform=" + platform, "--network=none"}, rootfs, workDir)
 }
