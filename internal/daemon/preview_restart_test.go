@@ -5,15 +5,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/hostcheck"
-	"github.com/airlockhq/airlock/internal/template"
 	"github.com/airlockhq/airlock/internal/testutil"
 )
 
@@ -54,24 +50,9 @@ func TestPreviewSurvivesDaemonKill(t *testing.T) {
 	testutil.RequiresRoot(t)
 	testutil.RequiresBinary(t, "runc")
 	agent, bin := buildBinaries(t)
-	shared := filepath.Join(testutil.DataDir(), "templates")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	if _, err := template.NewStore(shared).EnsureBase(ctx, os.Stderr); err != nil {
-		t.Fatalf("base template: %v", err)
-	}
-	dataDir, err := os.MkdirTemp("", "airlock-preview-restart-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dataDir, 0o711)
-	t.Cleanup(func() { os.RemoveAll(dataDir) })
-	os.MkdirAll(filepath.Join(dataDir, "templates"), 0o700)
-	if err := os.Symlink(filepath.Join(shared, "base"), filepath.Join(dataDir, "templates", "base")); err != nil {
-		t.Fatal(err)
-	}
-	os.MkdirAll(filepath.Join(dataDir, "sandboxes"), 0o711)
-	leaks := hostcheck.Take(t, filepath.Join(dataDir, "sandboxes"))
+	dataDir, leaks := restartDataDir(t, ctx, "airlock-preview-restart-")
 
 	const key = "admin-key-for-the-preview-restart-test-7"
 	addr, previewAddr := freeLoopbackAddr(t), freeLoopbackAddr(t)

@@ -101,23 +101,17 @@ func freeLoopbackAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// TestUsageSurvivesDaemonKill is issue #7 point 5: a daemon SIGKILLed
-// mid-run and restarted on the same data dir neither loses nor double
-// counts the running seconds of a sandbox that lived through it.
-func TestUsageSurvivesDaemonKill(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real airlock serve processes and a runc sandbox")
-	}
-	testutil.RequiresRoot(t)
-	testutil.RequiresBinary(t, "runc")
-	agent, bin := buildBinaries(t)
+// restartDataDir makes a data dir for daemons that a test restarts on it:
+// the shared cache's base template linked in, removed at the end, and a
+// leak check of its sandboxes taken now (the caller asserts it once the
+// last daemon is gone).
+func restartDataDir(t *testing.T, ctx context.Context, prefix string) (string, hostcheck.Snapshot) {
+	t.Helper()
 	shared := filepath.Join(testutil.DataDir(), "templates")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
 	if _, err := template.NewStore(shared).EnsureBase(ctx, os.Stderr); err != nil {
 		t.Fatalf("base template: %v", err)
 	}
-	dataDir, err := os.MkdirTemp("", "airlock-usage-restart-")
+	dataDir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +122,22 @@ func TestUsageSurvivesDaemonKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.MkdirAll(filepath.Join(dataDir, "sandboxes"), 0o711)
-	leaks := hostcheck.Take(t, filepath.Join(dataDir, "sandboxes"))
+	return dataDir, hostcheck.Take(t, filepath.Join(dataDir, "sandboxes"))
+}
+
+// TestUsageSurvivesDaemonKill is issue #7 point 5: a daemon SIGKILLed
+// mid-run and restarted on the same data dir neither loses nor double
+// counts the running seconds of a sandbox that lived through it.
+func TestUsageSurvivesDaemonKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real airlock serve processes and a runc sandbox")
+	}
+	testutil.RequiresRoot(t)
+	testutil.RequiresBinary(t, "runc")
+	agent, bin := buildBinaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	dataDir, leaks := restartDataDir(t, ctx, "airlock-usage-restart-")
 
 	const (
 		key     = "admin-key-for-the-usage-restart-test-42"
