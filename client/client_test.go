@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -453,4 +454,35 @@ func jsonDecodeStrict(r *http.Request, v any) error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	return dec.Decode(v)
+}
+
+// TestTemplateBuilding: a create refused while its template is built on
+// demand is told apart from other 503s.
+func TestTemplateBuilding(t *testing.T) {
+	tests := []struct {
+		name, code, msg string
+		want            bool
+	}{
+		{"building", "unavailable", "template code-interpreter is being built (build bld_1, …); retry when it is ready", true},
+		{"other_unavailable", "unavailable", "agent did not answer", false},
+		{"capacity", "capacity_exhausted", "template is being built elsewhere", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintf(w, `{"error":{"code":%q,"message":%q}}`, tt.code, tt.msg)
+			}))
+			defer srv.Close()
+			c, err := New(srv.URL, "ak_x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.CreateSandbox(context.Background(), api.CreateSandboxRequest{})
+			if got := TemplateBuilding(err); got != tt.want {
+				t.Fatalf("TemplateBuilding(%v) = %v, want %v", err, got, tt.want)
+			}
+		})
+	}
 }

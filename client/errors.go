@@ -147,6 +147,13 @@ func RetryAfter(err error) (time.Duration, bool) {
 	return 0, errors.As(err, &te)
 }
 
+// TemplateBuilding reports whether err is a create refused because its
+// template is being built on demand (a shipped template's first use):
+// 503 unavailable, which a retry after the build succeeds.
+func TemplateBuilding(err error) bool {
+	return errors.Is(err, ErrUnavailable) && strings.Contains(err.Error(), "is being built")
+}
+
 // decodeError builds the *APIError of a non-2xx response.
 func decodeError(resp *http.Response) error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))

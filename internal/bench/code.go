@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
@@ -79,7 +78,7 @@ func createWhenBuilt(ctx context.Context, c *client.Client, req api.CreateSandbo
 	deadline := time.Now().Add(wait)
 	for {
 		sb, err := c.CreateSandbox(ctx, req)
-		if err == nil || !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), "being built") || time.Now().After(deadline) {
+		if err == nil || !client.TemplateBuilding(err) || time.Now().After(deadline) {
 			return sb, err
 		}
 		select {

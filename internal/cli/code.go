@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -158,7 +157,7 @@ func (a *app) createCodeSandbox(ctx context.Context, c *client.Client, template 
 	said := false
 	for {
 		sbx, aborted, err := a.createInterruptibly(ctx, c, api.CreateSandboxRequest{Template: template})
-		if err == nil || aborted || !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), "being built") {
+		if err == nil || aborted || !client.TemplateBuilding(err) {
 			return sbx, aborted, err
 		}
 		if !said {
