@@ -9,6 +9,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -143,7 +144,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r := &Report{FileBytes: cfg.FileBytes}
 	c := cfg.Client
 	creq := api.CreateSandboxRequest{Template: cfg.Template, Runtime: cfg.Runtime}
-	trueReq := api.ExecRequest{Cmd: []string{"true"}}
 
 	// Baselines that cannot be set up are noted, not fatal.
 	var runc *baseline
@@ -162,22 +162,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// so that the template's pages are in the cache for every measured one.
 	fmt.Fprintf(cfg.Progress, "create → first result, beside bare runc: %d runs\n", cfg.CreateRuns)
 	for i := -1; i < cfg.CreateRuns; i++ {
-		start := time.Now()
-		sbx, err := c.CreateSandbox(ctx, creq)
+		d, err := coldCreate(ctx, c, creq)
 		if err != nil {
-			return nil, fmt.Errorf("creating sandbox: %w", err)
-		}
-		res, err := c.Exec(ctx, sbx.ID, trueReq)
-		d := time.Since(start)
-		derr := deleteSandbox(ctx, c, sbx.ID)
-		if err != nil {
-			return nil, fmt.Errorf("first command: %w", err)
-		}
-		if err := succeeded(res); err != nil {
-			return nil, fmt.Errorf("first command: %w", err)
-		}
-		if derr != nil {
-			return nil, derr
+			return nil, err
 		}
 		if i >= 0 {
 			r.Create = append(r.Create, d)
@@ -193,7 +180,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// (a') a sandbox from a template of several layers starts as fast as
 	// one from base: layers are mounted read-only and shared, never copied.
 	if cfg.LayeredRuns > 0 {
-		if err := measureLayered(ctx, cfg, r, creq, trueReq); err != nil {
+		if err := measureLayered(ctx, cfg, r, creq); err != nil {
 			r.Notes = append(r.Notes, "layered template case failed: "+err.Error())
 		}
 	}
@@ -313,6 +300,27 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return r, nil
 }
 
+// coldCreate times a create and the first command's result (`true`), then
+// deletes the sandbox (outside the timing); a failure of any step is the
+// sample's.
+func coldCreate(ctx context.Context, c *client.Client, req api.CreateSandboxRequest) (time.Duration, error) {
+	start := time.Now()
+	sbx, err := c.CreateSandbox(ctx, req)
+	if err != nil {
+		return 0, fmt.Errorf("creating %s sandbox: %w", cmp.Or(req.Runtime, "a"), err)
+	}
+	res, err := c.Exec(ctx, sbx.ID, api.ExecRequest{Cmd: []string{"true"}})
+	d := time.Since(start)
+	derr := deleteSandbox(ctx, c, sbx.ID)
+	if err == nil {
+		err = succeeded(res)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("first command: %w", err)
+	}
+	return d, derr
+}
+
 // deleteSandbox deletes on a context of its own: a measurement that failed
 // because ctx ended must still not leave its sandbox behind.
 func deleteSandbox(ctx context.Context, c *client.Client, id string) error {
@@ -347,7 +355,7 @@ const layeredSteps = 4
 // measureLayered builds (or reuses, through the layer cache) a template of
 // base plus layeredSteps RUN layers, then alternates creates from it and
 // from the base template, so the two figures share the same host load.
-func measureLayered(ctx context.Context, cfg Config, r *Report, base api.CreateSandboxRequest, trueReq api.ExecRequest) error {
+func measureLayered(ctx context.Context, cfg Config, r *Report, base api.CreateSandboxRequest) error {
 	c := cfg.Client
 	var spec strings.Builder
 	spec.WriteString("FROM base\n")
@@ -369,23 +377,7 @@ func measureLayered(ctx context.Context, cfg Config, r *Report, base api.CreateS
 	}
 	layered := base
 	layered.Template = fmt.Sprintf("%s@%d", name, started.Version)
-	one := func(req api.CreateSandboxRequest) (time.Duration, error) {
-		start := time.Now()
-		sbx, err := c.CreateSandbox(ctx, req)
-		if err != nil {
-			return 0, fmt.Errorf("creating sandbox: %w", err)
-		}
-		res, err := c.Exec(ctx, sbx.ID, trueReq)
-		d := time.Since(start)
-		derr := deleteSandbox(ctx, c, sbx.ID)
-		if err == nil {
-			err = succeeded(res)
-		}
-		if err == nil {
-			err = derr
-		}
-		return d, err
-	}
+	one := func(req api.CreateSandboxRequest) (time.Duration, error) { return coldCreate(ctx, c, req) }
 	fmt.Fprintf(cfg.Progress, "create from the layered template vs base: %d runs each\n", cfg.LayeredRuns)
 	for i := -1; i < cfg.LayeredRuns; i++ {
 		dl, err := one(layered)

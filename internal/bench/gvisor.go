@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/airlockhq/airlock/api"
 )
@@ -33,25 +32,11 @@ func GVisorCreate(ctx context.Context, cfg Config, runscPath, platform string) (
 	defer func() { b.finish() }() // on an early return; nil once done
 
 	creq := api.CreateSandboxRequest{Template: cfg.Template, Runtime: "gvisor"}
-	trueReq := api.ExecRequest{Cmd: []string{"true"}}
 	fmt.Fprintf(cfg.Progress, "gvisor create → first result, beside bare runsc: %d runs\n", cfg.CreateRuns)
 	for i := -1; i < cfg.CreateRuns; i++ {
-		start := time.Now()
-		sbx, err := cfg.Client.CreateSandbox(ctx, creq)
+		d, err := coldCreate(ctx, cfg.Client, creq)
 		if err != nil {
-			return nil, nil, notes, fmt.Errorf("creating gvisor sandbox: %w", err)
-		}
-		res, err := cfg.Client.Exec(ctx, sbx.ID, trueReq)
-		d := time.Since(start)
-		derr := deleteSandbox(ctx, cfg.Client, sbx.ID)
-		if err != nil {
-			return nil, nil, notes, fmt.Errorf("first command: %w", err)
-		}
-		if err := succeeded(res); err != nil {
-			return nil, nil, notes, fmt.Errorf("first command: %w", err)
-		}
-		if derr != nil {
-			return nil, nil, notes, derr
+			return nil, nil, notes, err
 		}
 		if i >= 0 {
 			create = append(create, d)

@@ -23,24 +23,7 @@ var benchAllowlist = api.Network{Mode: "allowlist", Allow: []string{"example.com
 // with none (loopback only), in turn, runs times each after one unmeasured
 // pair. It returns (with network, without).
 func MeasureNetwork(ctx context.Context, c *client.Client, base api.CreateSandboxRequest, runs int) (withNet, without Samples, err error) {
-	trueReq := api.ExecRequest{Cmd: []string{"true"}}
-	one := func(req api.CreateSandboxRequest) (time.Duration, error) {
-		start := time.Now()
-		sbx, err := c.CreateSandbox(ctx, req)
-		if err != nil {
-			return 0, fmt.Errorf("creating sandbox: %w", err)
-		}
-		res, err := c.Exec(ctx, sbx.ID, trueReq)
-		d := time.Since(start)
-		derr := deleteSandbox(ctx, c, sbx.ID)
-		if err == nil {
-			err = succeeded(res)
-		}
-		if err == nil {
-			err = derr
-		}
-		return d, err
-	}
+	one := func(req api.CreateSandboxRequest) (time.Duration, error) { return coldCreate(ctx, c, req) }
 	netReq, noneReq := base, base
 	n := benchAllowlist
 	netReq.Network = &n
