@@ -644,9 +644,10 @@ func (h hostInfo) contained(t testing.TB, id string, procs []hostProc) {
 			// An exited task shows the root cgroup until it is reaped.
 			continue
 		}
-		if cg := procCgroup(p.pid, "pids"); cg != p.cgroup || procState(p.pid) == "Z" || procState(p.pid) == "" {
-			// It exited (or moved) since the listing: judge it on a
-			// fresh reading only.
+		if cg := procCgroup(p.pid, "pids"); cg != p.cgroup || procExiting(p.pid) {
+			// It exited, is exiting (already moved to the root cgroup)
+			// or moved since the listing: judge it on a fresh reading
+			// only.
 			continue
 		}
 		inRange := p.uid >= h.uidBase && p.uid < h.uidBase+h.uidSize

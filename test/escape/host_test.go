@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -189,6 +190,31 @@ func (h *hostFixture) check(t testing.TB) {
 }
 
 // procState is the state letter of pid in /proc/PID/stat ("" if gone).
+// procExiting reports whether pid is gone, a zombie, or exiting
+// (PF_EXITING): an exiting task is moved to the root cgroup before it
+// becomes a zombie, while its state still reads R or D.
+func procExiting(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return true
+	}
+	// After the name: state ppid pgrp session tty_nr tpgid flags …
+	f := strings.Fields(s[i+1:])
+	if len(f) < 7 || f[0] == "Z" || f[0] == "X" {
+		return true
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err != nil || flags&pfExiting != 0
+}
+
+// pfExiting is the kernel's PF_EXITING task flag.
+const pfExiting = 0x4
+
 func procState(pid int) string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
