@@ -574,14 +574,20 @@ func (w *watcher) markModified(p string) {
 }
 
 // created reports p as new and, for a directory of a recursive watch,
-// watches it and reports what it already holds.
+// watches it and reports what it already holds. A new directory's watch is
+// added before its create is reported, so that a client that saw the
+// create sees everything done in the directory after it; what happened
+// there before (between the kernel's event and the watch) only the scan of
+// its entries can show.
 func (w *watcher) created(p string, isDir bool, now time.Time) {
-	w.q.push(agentproto.WatchEvent{Type: agentproto.WatchCreate, Path: p, Dir: isDir, Time: now})
 	if !isDir || !w.recursive {
+		w.q.push(agentproto.WatchEvent{Type: agentproto.WatchCreate, Path: p, Dir: isDir, Time: now})
 		return
 	}
 	_ = w.s.asUser(w.acct, func() error {
-		if _, err := w.addDir(p, false); err != nil {
+		_, err := w.addDir(p, false)
+		w.q.push(agentproto.WatchEvent{Type: agentproto.WatchCreate, Path: p, Dir: isDir, Time: now})
+		if err != nil {
 			if err == errTooManyDirs {
 				w.overCap()
 			}

@@ -58,24 +58,35 @@ func TestWatchDir(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w.Close()
+		var got []string
+		until := func(last string) {
+			t.Helper()
+			for !strings.Contains(strings.Join(got, ","), last) {
+				evs, err := w.Next()
+				if err != nil {
+					t.Fatalf("Next: %v (got %v)", err, got)
+				}
+				for _, ev := range evs {
+					if ev.Type != agentproto.WatchWrite && ev.Type != agentproto.WatchChmod {
+						got = append(got, ev.Type+" "+ev.Path)
+					}
+				}
+			}
+		}
+		// A new directory's create is reported once it is watched: what
+		// is done in it afterwards is seen event by event (what happened
+		// in between, only a scan of it could show).
+		if _, err := m.Mkdir(ctx, p, id, "/home/user/sub", "", false); err != nil {
+			t.Fatal(err)
+		}
+		until("create /home/user/sub")
 		if _, err := m.WriteFile(ctx, p, id, "/home/user/sub/f.txt", "", 0, strings.NewReader("x"), 0); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := m.Move(ctx, p, id, "/home/user/sub/f.txt", "/home/user/sub/g.txt", ""); err != nil {
 			t.Fatal(err)
 		}
-		var got []string
-		for !strings.Contains(strings.Join(got, ","), "rename /home/user/sub/g.txt") {
-			evs, err := w.Next()
-			if err != nil {
-				t.Fatalf("Next: %v (got %v)", err, got)
-			}
-			for _, ev := range evs {
-				if ev.Type != agentproto.WatchWrite && ev.Type != agentproto.WatchChmod {
-					got = append(got, ev.Type+" "+ev.Path)
-				}
-			}
-		}
+		until("rename /home/user/sub/g.txt")
 		want := "create /home/user/sub,create /home/user/sub/f.txt,rename /home/user/sub/g.txt"
 		if strings.Join(got, ",") != want {
 			t.Fatalf("events %v, want %s", got, want)
