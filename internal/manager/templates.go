@@ -192,14 +192,18 @@ func (m *Manager) resolveTemplate(ctx context.Context, tenant, name string, vers
 		}
 		waited[be.BuildID] = true
 		m.log.Debug("create waits for its template's build", "tenant", tenant, "template", ref, "build_id", be.BuildID)
+		// Bounded, and over when the daemon stops (the client asks again).
 		wctx, cancel := context.WithDeadline(ctx, deadline)
+		stop := context.AfterFunc(m.ctx, cancel)
 		b, werr := m.cfg.Builder.Wait(wctx, be.BuildID)
+		stop()
 		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return template.Resolved{}, nil, ctx.Err()
 		case werr != nil:
-			// Still building at the bound: the client asks again.
+			// Still building at the bound (or the daemon stops): the
+			// client asks again.
 			return template.Resolved{}, nil, err
 		case b.Status == api.BuildFailed:
 			msg := fmt.Sprintf("template %s could not be built (build %s): %s; GET /v1/templates/builds/%s has its log",
