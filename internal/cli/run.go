@@ -130,8 +130,9 @@ func (a *app) waitForBuild(ctx context.Context, c *client.Client, template strin
 		err error
 	}
 	ch := make(chan result, 1)
+	logw := &indentWriter{w: a.stderr, indent: "  "}
 	go func() {
-		b, err := c.FollowTemplateBuild(wctx, id, &indentWriter{w: a.stderr, indent: "  "})
+		b, err := c.FollowTemplateBuild(wctx, id, logw)
 		ch <- result{b, err}
 	}()
 	var r result
@@ -140,9 +141,11 @@ func (a *app) waitForBuild(ctx context.Context, c *client.Client, template strin
 	case <-a.interrupts:
 		cancel()
 		<-ch
+		logw.endLine()
 		fmt.Fprintf(a.stderr, "airlock: stopped waiting; build %s goes on on the server\n", id)
 		return true, nil
 	}
+	logw.endLine()
 	switch {
 	case r.err != nil && ctx.Err() != nil:
 		return false, ctx.Err()
@@ -163,6 +166,14 @@ type indentWriter struct {
 	w       io.Writer
 	indent  string
 	midLine bool
+}
+
+// endLine ends a last line the log left open.
+func (iw *indentWriter) endLine() {
+	if iw.midLine {
+		_, _ = iw.w.Write([]byte("\n"))
+		iw.midLine = false
+	}
 }
 
 func (iw *indentWriter) Write(p []byte) (int, error) {
