@@ -92,7 +92,7 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	if err != nil {
 		return CreateResult{}, err
 	}
-	resolved, releaseTemplate, err := m.resolveTemplate(ctx, p.Tenant, ref, version, sp.Template)
+	resolved, releaseTemplate, err := m.resolveTemplate(ctx, p.Tenant, ref, version, sp.Template, req.WaitForTemplate)
 	if err != nil {
 		return CreateResult{}, err
 	}
@@ -582,6 +582,7 @@ func requestHash(req api.CreateSandboxRequest) string {
 	}
 	sort.Strings(names)
 	req.Secrets = nil
+	req.WaitForTemplate = false // how to wait is not what is created
 	b, _ := json.Marshal(struct {
 		Req     api.CreateSandboxRequest `json:"req"`
 		Secrets []string                 `json:"secrets"`
