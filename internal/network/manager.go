@@ -1161,6 +1161,9 @@ func (m *Manager) addrVerdict(pol *compiled, ip netip.Addr, port uint16) (bool, 
 
 // isSandboxAddr reports whether ip is in a sandbox subnet of any daemon.
 func (m *Manager) isSandboxAddr(ip netip.Addr) bool {
+	if m.cfg.Subnet.Contains(ip) {
+		return true
+	}
 	for _, r := range m.cfg.SandboxRanges {
 		if r.Contains(ip) {
 			return true
@@ -1169,10 +1172,24 @@ func (m *Manager) isSandboxAddr(ip netip.Addr) bool {
 	return false
 }
 
+// HostAddrs returns the host namespace's IPv4 addresses (refreshed every
+// few seconds): the daemon's own, which CIDR entries can open.
+func (m *Manager) HostAddrs() []netip.Addr {
+	m.hostMu.Lock()
+	defer m.hostMu.Unlock()
+	m.refreshHostAddrsLocked()
+	return slices.Clone(m.hostAddrs)
+}
+
 // isHostAddr reports whether ip is one of the host namespace's addresses.
 func (m *Manager) isHostAddr(ip netip.Addr) bool {
 	m.hostMu.Lock()
 	defer m.hostMu.Unlock()
+	m.refreshHostAddrsLocked()
+	return slices.Contains(m.hostAddrs, ip)
+}
+
+func (m *Manager) refreshHostAddrsLocked() {
 	if time.Since(m.hostAt) > hostAddrsTTL {
 		addrs, err := m.host.AddrList(nil, netlink.FAMILY_V4)
 		if err == nil {
@@ -1185,7 +1202,6 @@ func (m *Manager) isHostAddr(ip netip.Addr) bool {
 			m.hostAt = time.Now()
 		}
 	}
-	return slices.Contains(m.hostAddrs, ip)
 }
 
 // rememberNames records which name the sandbox resolved to which address,
