@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
@@ -155,6 +158,30 @@ func TestTwoDaemonsOnOneHost(t *testing.T) {
 		t.Fatalf("first daemon: veths %v, chains %v", vethA, chainsA)
 	}
 
+	// Something else on the host deletes the first sandbox's veth: the
+	// daemon wires it again (its checker runs every 5 s) and says so.
+	deleteLink(t, host, vethA[0])
+	repaired := func() bool {
+		for e, err := range cA.AuditEvents(ctx, client.AuditOptions{SandboxID: sbA.ID, Types: []string{api.AuditNetworkUpdate}}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(e.Detail), `"repaired"`) && strings.Contains(string(e.Detail), vethA[0]) {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(30 * time.Second); !repaired(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("veth %s not wired again\n%s", vethA[0], dA.logs.String())
+		}
+	}
+	if got := hostLinks(t, host, nA.IfPrefix); !slices.Equal(got, vethA) {
+		t.Fatalf("veths %v after the repair, want %v", got, vethA)
+	}
+	egress(cA, sbA, "veth repaired")
+
 	// A second daemon on the first's data dir is refused, naming it.
 	cmd := exec.CommandContext(ctx, bin, "serve", "--listen", freeLoopbackAddr(t), "--data-dir", dirA, "--agent-path", agent, "--no-prepare")
 	cmd.Env = append(os.Environ(), append(env, "AIRLOCK_ADMIN_KEY="+key)...)
@@ -183,6 +210,24 @@ func TestTwoDaemonsOnOneHost(t *testing.T) {
 	}
 	if service.Hits() < 5 {
 		t.Fatalf("service reached %d times", service.Hits())
+	}
+}
+
+// deleteLink deletes an interface of the namespace, as another program
+// on the host might.
+func deleteLink(t *testing.T, ns *fakenet.NS, name string) {
+	t.Helper()
+	h, err := netlink.NewHandleAt(netns.NsHandle(ns.Fd()), unix.NETLINK_ROUTE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName(name)
+	if err == nil {
+		err = h.LinkDel(l)
+	}
+	if err != nil {
+		t.Fatalf("deleting %s: %v", name, err)
 	}
 }
 
