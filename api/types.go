@@ -202,6 +202,9 @@ const (
 const (
 	SandboxCodeCrashed          = "sandbox_crashed"
 	SandboxCodeAgentUnavailable = "agent_unavailable"
+	// SandboxCodeNetworkLost: the sandbox's network was removed from
+	// outside airlock and could not be wired again.
+	SandboxCodeNetworkLost = "network_lost"
 )
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec. Exactly one of

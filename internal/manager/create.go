@@ -85,7 +85,7 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		start := time.Now()
 		defer func() { o.CreateDone(drv.Name(), time.Since(start), err == nil) }()
 	}
-	if sp.Network, err = m.networkFor(ctx, p.Tenant, req.Network, drv); err != nil {
+	if sp.Network, err = m.networkFor(ctx, p, req.Network, drv); err != nil {
 		return CreateResult{}, err
 	}
 	ref, version, err := parseTemplateRef(sp.Template)
