@@ -246,38 +246,51 @@ func (s *streamState) feed(r *redactor, data []byte, off int64, runes bool, conf
 		final = runeCut(text[nt:], final)
 		hold = len(region) - final
 	}
-	var offs []int64
+	keep := r.maxLen - 1
 	if s.track {
-		offs = make([]int64, 0, len(region))
-		offs = append(offs, s.heldOff...)
-		for i := range data {
-			offs = append(offs, off+int64(i))
+		// Offsets of region's bytes: the held ones', then data's.
+		offAt := func(i int) int64 {
+			if i < len(s.heldOff) {
+				return s.heldOff[i]
+			}
+			return off + int64(i-len(s.heldOff))
 		}
+		offsOf := func(from, to int) []int64 {
+			o := make([]int64, 0, to-from)
+			for i := from; i < to; i++ {
+				o = append(o, offAt(i))
+			}
+			return o
+		}
+		from := max(0, final-keep)
+		tailOff := lastN(s.tailOff, offsOf(from, final), keep)
+		s.heldOff = offsOf(final, len(region))
+		s.tailOff = tailOff
 	}
-	s.appendTail(r.maxLen-1, text[nt:nt+final], offs)
+	s.tail = lastN(s.tail, text[nt:nt+final], keep)
 	s.held = slices.Clone(text[nt+final:])
 	s.heldCov = slices.Clone(cov[nt+final:])
-	if s.track {
-		s.heldOff = slices.Clone(offs[final:])
-	}
 	return region, hold
 }
 
 // appendTail adds final bytes b (at offsets offs[:len(b)] when tracked) to
 // the tail, keeping its last keep bytes.
 func (s *streamState) appendTail(keep int, b []byte, offs []int64) {
-	t := append(slices.Clone(s.tail), b...)
-	if len(t) > keep {
-		t = t[len(t)-keep:]
-	}
-	s.tail = slices.Clone(t)
+	s.tail = lastN(s.tail, b, keep)
 	if s.track {
-		o := append(slices.Clone(s.tailOff), offs[:len(b)]...)
-		if len(o) > keep {
-			o = o[len(o)-keep:]
-		}
-		s.tailOff = slices.Clone(o)
+		s.tailOff = lastN(s.tailOff, offs[:len(b)], keep)
 	}
+}
+
+// lastN returns a new slice of the last n elements of a followed by b.
+func lastN[T any](a, b []T, n int) []T {
+	if len(b) >= n {
+		return slices.Clone(b[len(b)-n:])
+	}
+	if k := len(a) + len(b) - n; k > 0 {
+		a = a[k:]
+	}
+	return append(slices.Clone(a), b...)
 }
 
 // heldText is the held bytes as they would go out if the stream ended now.
