@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,13 +20,29 @@ import (
 // fakeCode is a code service that records who called it and answers with
 // fixed events.
 type fakeCode struct {
-	calls []string // "tenant sandbox code"
+	mu    sync.Mutex
+	calls []string // "tenant sandbox code", or "op tenant sandbox" for contexts
 	envs  []map[string]string
 }
 
+func (f *fakeCode) called(s string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, s)
+}
+
+// seen returns the calls so far.
+func (f *fakeCode) seen() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
 func (f *fakeCode) Run(ctx context.Context, p auth.Principal, id string, req api.CodeRequest, emit func(api.CodeEvent) error) error {
-	f.calls = append(f.calls, p.Tenant+" "+id+" "+req.Code)
+	f.called(p.Tenant + " " + id + " " + req.Code)
+	f.mu.Lock()
 	f.envs = append(f.envs, req.Env)
+	f.mu.Unlock()
 	if req.Code == "bad" {
 		return &manager.PublicError{Msg: "bad cell", Err: errdefs.ErrInvalidArgument}
 	}
@@ -43,18 +60,22 @@ func (f *fakeCode) Run(ctx context.Context, p auth.Principal, id string, req api
 }
 
 func (f *fakeCode) CreateContext(ctx context.Context, p auth.Principal, id string, req api.CodeContextRequest) (api.CodeContext, error) {
+	f.called("create " + p.Tenant + " " + id)
 	return api.CodeContext{ID: "ctx1", Language: "python", Cwd: "/home/user", CreatedAt: time.Now()}, nil
 }
 
 func (f *fakeCode) ListContexts(ctx context.Context, p auth.Principal, id string) ([]api.CodeContext, error) {
+	f.called("list " + p.Tenant + " " + id)
 	return []api.CodeContext{{ID: "ctx1", Language: "python", Cwd: "/home/user"}}, nil
 }
 
 func (f *fakeCode) DeleteContext(ctx context.Context, p auth.Principal, id, cid string) error {
+	f.called("delete " + p.Tenant + " " + id)
 	return nil
 }
 
 func (f *fakeCode) RestartContext(ctx context.Context, p auth.Principal, id, cid string) (api.CodeContext, error) {
+	f.called("restart " + p.Tenant + " " + id)
 	return api.CodeContext{ID: cid}, nil
 }
 
@@ -62,12 +83,12 @@ func TestCodePlane(t *testing.T) {
 	fc := &fakeCode{}
 	h := newHarness(t, withCode(fc))
 	c := h.create("acme")
-	do := func(method, path, body, token string) (*http.Response, string) {
+	doHdr := func(method, path, body string, hdr map[string]string) (*http.Response, string) {
 		req, _ := http.NewRequest(method, h.url+path, strings.NewReader(body))
 		req.Header.Set(e2b.HeaderSandboxID, c.SandboxID)
 		req.Header.Set(e2b.HeaderSandboxPort, "49999")
-		if token != "" {
-			req.Header.Set(e2b.HeaderAccessToken, token)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -80,6 +101,13 @@ func TestCodePlane(t *testing.T) {
 			sb.WriteString(sc.Text() + "\n")
 		}
 		return resp, sb.String()
+	}
+	do := func(method, path, body, token string) (*http.Response, string) {
+		hdr := map[string]string{}
+		if token != "" {
+			hdr[e2b.HeaderAccessToken] = token
+		}
+		return doHdr(method, path, body, hdr)
 	}
 	t.Run("ExecuteNDJSON", func(t *testing.T) {
 		resp, body := do("POST", "/execute", `{"code":"x+1"}`, c.EnvdAccessToken)
@@ -109,7 +137,7 @@ func TestCodePlane(t *testing.T) {
 		if strings.Join(types, ",") != "stdout,result,number_of_executions,end_of_execution" {
 			t.Fatalf("line types %v", types)
 		}
-		if got := fc.calls[len(fc.calls)-1]; got != "acme "+c.SandboxID+" x+1" {
+		if got := fc.seen()[len(fc.seen())-1]; got != "acme "+c.SandboxID+" x+1" {
 			t.Fatalf("the cell ran as %q", got)
 		}
 	})
@@ -127,10 +155,10 @@ func TestCodePlane(t *testing.T) {
 		}
 	})
 	t.Run("ExecuteEnvVarsNotStrings", func(t *testing.T) {
-		n := len(fc.calls)
+		n := len(fc.seen())
 		resp, body := do("POST", "/execute", `{"code":"1","env_vars":{"A":1}}`, c.EnvdAccessToken)
-		if resp.StatusCode != http.StatusBadRequest || len(fc.calls) != n {
-			t.Fatalf("status %d %s; calls %d → %d", resp.StatusCode, body, n, len(fc.calls))
+		if resp.StatusCode != http.StatusBadRequest || len(fc.seen()) != n {
+			t.Fatalf("status %d %s; calls %d → %d", resp.StatusCode, body, n, len(fc.seen()))
 		}
 	})
 	t.Run("ExecuteNeedsToken", func(t *testing.T) {
@@ -144,21 +172,34 @@ func TestCodePlane(t *testing.T) {
 			t.Fatalf("status %d %s", resp.StatusCode, body)
 		}
 	})
-	t.Run("ContextsWithoutToken", func(t *testing.T) {
-		// @e2b/code-interpreter 2.8.0 sends no token on these.
-		resp, body := do("POST", "/contexts", `{"language":"python"}`, "")
+	t.Run("ContextsWithTrafficToken", func(t *testing.T) {
+		// @e2b/code-interpreter 2.8.0 sends only the traffic token (the
+		// sandbox's trafficAccessToken) on these.
+		sdk := map[string]string{"Content-Type": "application/json", e2b.HeaderTrafficToken: c.TrafficAccessToken}
+		resp, body := doHdr("POST", "/contexts", `{"language":"python"}`, sdk)
 		if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"id":"ctx1"`) {
 			t.Fatalf("create: %d %s", resp.StatusCode, body)
 		}
-		resp, body = do("GET", "/contexts", "", "")
+		resp, body = doHdr("GET", "/contexts", "", sdk)
 		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(body, `[{"id":"ctx1"`) {
 			t.Fatalf("list: %d %s", resp.StatusCode, body)
 		}
-		if resp, _ := do("POST", "/contexts/ctx1/restart", "", ""); resp.StatusCode != http.StatusNoContent {
+		if resp, _ := doHdr("POST", "/contexts/ctx1/restart", "", sdk); resp.StatusCode != http.StatusNoContent {
 			t.Fatalf("restart: %d", resp.StatusCode)
 		}
-		if resp, _ := do("DELETE", "/contexts/ctx1", "", ""); resp.StatusCode != http.StatusNoContent {
+		if resp, _ := doHdr("DELETE", "/contexts/ctx1", "", sdk); resp.StatusCode != http.StatusNoContent {
 			t.Fatalf("delete: %d", resp.StatusCode)
+		}
+	})
+	t.Run("ContextsNeedAToken", func(t *testing.T) {
+		n := len(fc.seen())
+		for _, rt := range [][2]string{{"POST", "/contexts"}, {"GET", "/contexts"}, {"POST", "/contexts/ctx1/restart"}, {"DELETE", "/contexts/ctx1"}} {
+			if resp, body := do(rt[0], rt[1], "", ""); resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("%s %s without a token: %d %s", rt[0], rt[1], resp.StatusCode, body)
+			}
+		}
+		if got := fc.seen(); len(got) != n {
+			t.Fatalf("the code service was called: %v", got[n:])
 		}
 	})
 }

@@ -127,9 +127,13 @@ func (h *Handler) controlMux() http.Handler {
 
 // sandboxOf builds E2B's Sandbox for sb.
 func (h *Handler) sandboxOf(sb api.Sandbox) sandboxResponse {
+	traffic := h.TrafficToken(sb.ID)
 	return sandboxResponse{
 		TemplateID: e2bTemplate(sb.Template), Alias: e2bTemplate(sb.Template), SandboxID: sb.ID, ClientID: clientID,
 		EnvdVersion: EnvdVersion, EnvdAccessToken: h.AccessToken(sb.ID),
+		// @e2b/code-interpreter sends it, and nothing else, on its
+		// /contexts calls: with it those are authenticated too.
+		TrafficAccessToken: &traffic,
 	}
 }
 
@@ -250,14 +254,15 @@ func (h *Handler) listV1(w http.ResponseWriter, r *http.Request, p auth.Principa
 }
 
 // visible returns sandbox id unless it is stopped: E2B has no stopped
-// sandboxes, a killed one is simply gone.
+// sandboxes, a killed one is simply gone. A stopped sandbox, another
+// tenant's and one that never existed give the same error.
 func (h *Handler) visible(r *http.Request, p auth.Principal, id string) (api.Sandbox, error) {
 	sb, err := h.m.Get(r.Context(), p, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	if sb.State == api.StateStopped || sb.State == api.StateStopping {
-		return api.Sandbox{}, errf(manager.ErrSandboxNotFound, "sandbox %q not found", id)
+		return api.Sandbox{}, errf(manager.ErrSandboxNotFound, "sandbox not found")
 	}
 	return sb, nil
 }
@@ -297,6 +302,9 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request, p auth.Prin
 	if body.Timeout == nil {
 		return errf(errdefs.ErrInvalidArgument, "timeout is required")
 	}
+	if _, err := h.visible(r, p, r.PathValue("id")); err != nil {
+		return err
+	}
 	if _, err := h.m.SetTimeout(r.Context(), p, r.PathValue("id"), *body.Timeout); err != nil {
 		return err
 	}
@@ -310,6 +318,9 @@ func (h *Handler) refresh(w http.ResponseWriter, r *http.Request, p auth.Princip
 		Duration *int64 `json:"duration,omitempty"`
 	}
 	if err := decodeJSON(r, &body); err != nil {
+		return err
+	}
+	if _, err := h.visible(r, p, r.PathValue("id")); err != nil {
 		return err
 	}
 	if body.Duration != nil {

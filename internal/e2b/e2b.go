@@ -9,9 +9,10 @@
 //
 // Everything goes through the manager, so tenancy, audit, secrets redaction,
 // limits and process-tree kills are airlock's own. The sandbox plane is
-// authenticated by a per-sandbox X-Access-Token, an HMAC of the sandbox id
-// under a daemon key, issued at create: nothing is stored, and a token is
-// useless for any other sandbox.
+// authenticated by per-sandbox tokens issued at create (X-Access-Token for
+// everything, E2B-Traffic-Access-Token for the sandbox's ports and the code
+// interpreter), HMACs of the sandbox id under a daemon key: nothing is
+// stored, and a token is useless for any other sandbox.
 package e2b
 
 //go:generate sh -c "cd ../../proto/gen && go run . -root ../.."
@@ -43,6 +44,10 @@ const (
 	HeaderSandboxPort = "E2b-Sandbox-Port"
 	// HeaderAccessToken carries the envdAccessToken issued at create.
 	HeaderAccessToken = "X-Access-Token"
+	// HeaderTrafficToken carries the trafficAccessToken issued at create,
+	// which opens the sandbox's ports (the code interpreter's included)
+	// but not envd.
+	HeaderTrafficToken = "E2b-Traffic-Access-Token"
 	// EnvdPort is envd's port (process, filesystem, /files, /health).
 	EnvdPort = 49983
 	// JupyterPort is the code interpreter's port (/execute, /contexts).
@@ -174,9 +179,26 @@ func (h *Handler) AccessToken(id string) string {
 	return hex.EncodeToString(mac.Sum(nil))
 }
 
-// validToken reports in constant time whether tok is sandbox id's token.
+// TrafficToken returns the traffic access token of sandbox id: what the
+// SDKs send as E2B-Traffic-Access-Token to the sandbox's ports. It is a
+// credential of its own (another HMAC label), so that it opens the ports
+// and the code interpreter but no envd call (files, processes).
+func (h *Handler) TrafficToken(id string) string {
+	mac := hmac.New(sha256.New, h.cfg.TokenKey)
+	mac.Write([]byte("airlock-e2b-traffic\x00" + id))
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// validToken reports in constant time whether tok is sandbox id's envd
+// access token.
 func (h *Handler) validToken(id, tok string) bool {
 	return hmac.Equal([]byte(tok), []byte(h.AccessToken(id)))
+}
+
+// validTrafficToken reports in constant time whether tok is sandbox id's
+// traffic access token.
+func (h *Handler) validTrafficToken(id, tok string) bool {
+	return hmac.Equal([]byte(tok), []byte(h.TrafficToken(id)))
 }
 
 // authFailed audits a failed authentication (a wrong or missing key or

@@ -43,34 +43,30 @@ func targetFrom(ctx context.Context) target {
 	return t
 }
 
-// tokenFree reports whether r may come without X-Access-Token: the
-// code-interpreter SDK (2.8.0) sends none on its context calls. The sandbox
-// id, which is unguessable, still has to name a running sandbox.
-func tokenFree(port int, r *http.Request) bool {
-	return port == JupyterPort && (r.URL.Path == "/contexts" || strings.HasPrefix(r.URL.Path, "/contexts/"))
-}
-
 // serveSandbox authenticates a sandbox-plane request and routes it by port.
+//
+// Every request needs a credential of the sandbox it names, checked before
+// anything else is looked at: its envd access token (X-Access-Token, or
+// E2B-Traffic-Access-Token as E2B accepts for ports), or, for any port but
+// envd's, its traffic access token (E2B-Traffic-Access-Token, which
+// @e2b/code-interpreter sends on its /contexts calls). Whatever the sandbox
+// id names (nothing, another tenant's sandbox, a gone one), a request
+// without such a credential gets the same 401, after the same delay.
 func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(HeaderSandboxID)
-	port := EnvdPort
+	port, portOK := EnvdPort, true
 	if v := r.Header.Get(HeaderSandboxPort); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 65535 {
-			h.writeError(w, r, errf(errdefs.ErrInvalidArgument, "invalid %s header", HeaderSandboxPort))
-			return
-		}
-		port = n
+		port, portOK = n, err == nil && n >= 1 && n <= 65535
 	}
-	tok := r.Header.Get(HeaderAccessToken)
-	if tok == "" {
-		// Traffic to user ports may carry the token under E2B's other name.
-		tok = r.Header.Get("E2b-Traffic-Access-Token")
-	}
-	if !(tok == "" && tokenFree(port, r)) && !h.validToken(id, tok) {
+	if !h.sandboxAuthorized(r, id, port) {
 		err := errf(errdefs.ErrUnauthenticated, "missing or invalid access token")
 		h.authFailed(r, err, "sandbox plane")
 		h.writeError(w, r, err)
+		return
+	}
+	if !portOK {
+		h.writeError(w, r, errf(errdefs.ErrInvalidArgument, "invalid %s header", HeaderSandboxPort))
 		return
 	}
 	p, sb, err := h.sandboxPrincipal(r.Context(), id)
@@ -80,7 +76,8 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		if errdefs.IsNotFound(err) {
 			// What E2B's proxy answers for a sandbox that is gone; the SDKs
-			// turn it into "sandbox timed out / not running".
+			// turn it into "sandbox timed out / not running". Only a
+			// holder of the sandbox's token gets this far.
 			h.log.Debug("e2b sandbox not running", "sandbox_id", id, "err", err)
 			writeJSON(w, http.StatusBadGateway, errorBody{Code: http.StatusBadGateway, Message: "sandbox " + strconv.Quote(id) + " is not running"})
 			return
@@ -97,6 +94,17 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request) {
 	default:
 		h.proxyPort(w, r, id, p, port)
 	}
+}
+
+// sandboxAuthorized reports whether r carries a credential of sandbox id
+// for port (see serveSandbox). It does the same work whatever id names.
+func (h *Handler) sandboxAuthorized(r *http.Request, id string, port int) bool {
+	envdTok := r.Header.Get(HeaderAccessToken)
+	traffic := r.Header.Get(HeaderTrafficToken)
+	ok := h.validToken(id, envdTok)
+	ok = h.validToken(id, traffic) || ok
+	ok = h.validTrafficToken(id, traffic) && port != EnvdPort || ok
+	return ok && id != ""
 }
 
 func (h *Handler) envdMux() http.Handler {
@@ -295,7 +303,7 @@ func (h *Handler) proxyPort(w http.ResponseWriter, r *http.Request, id string, p
 			pr.Out.Host = pr.In.Host
 			// Our credentials stay here.
 			pr.Out.Header.Del(HeaderAccessToken)
-			pr.Out.Header.Del("E2b-Traffic-Access-Token")
+			pr.Out.Header.Del(HeaderTrafficToken)
 		},
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {

@@ -313,6 +313,49 @@ func (k *kctx) run(ctx context.Context, p auth.Principal, c cell, timeout time.D
 			emitErr = emit(ev)
 		}
 	}
+	// Each output stream is masked as one text across its events, so that
+	// a secret printed in pieces, or slowly, is masked too: a piece that
+	// could start a secret waits for the next one, at most RedactHold,
+	// then goes out masked (manager.TextStream).
+	streams := map[string]*manager.TextStream{}
+	var hold *time.Timer
+	var holdC <-chan time.Time
+	defer func() {
+		if hold != nil {
+			hold.Stop()
+		}
+	}()
+	sendText := func(typ, text string) {
+		ts := streams[typ]
+		if ts == nil {
+			ts = pr.p.TextStream()
+			streams[typ] = ts
+		}
+		if out := ts.Push(text); out != "" {
+			send(api.CodeEvent{Type: typ, Text: out})
+		}
+		if ts.Pending() && holdC == nil {
+			hold = time.NewTimer(manager.RedactHold)
+			holdC = hold.C
+		}
+	}
+	// release sends what the streams hold: masked when the hold timed out,
+	// as it is when the cell's output is over (end).
+	release := func(end bool) {
+		for _, typ := range []string{api.CodeEventStdout, api.CodeEventStderr} {
+			ts := streams[typ]
+			if ts == nil || !ts.Pending() {
+				continue
+			}
+			var out string
+			if end {
+				out = ts.End()
+			} else {
+				out = ts.Expire()
+			}
+			send(api.CodeEvent{Type: typ, Text: out})
+		}
+	}
 	if lost {
 		send(api.CodeEvent{Type: api.CodeEventStderr,
 			Text: "[the context's previous kernel died: this cell runs in a new one and earlier state is lost]\n"})
@@ -374,6 +417,7 @@ func (k *kctx) run(ctx context.Context, p auth.Principal, c cell, timeout time.D
 				}
 				k.mu.Unlock()
 				pr.close(context.WithoutCancel(ctx))
+				release(true)
 				if timedOut {
 					status = "timeout"
 					send(api.CodeEvent{Type: api.CodeEventError, Name: api.CodeErrorTimeout,
@@ -413,7 +457,14 @@ func (k *kctx) run(ctx context.Context, p auth.Principal, c cell, timeout time.D
 				}
 				continue
 			}
+			if out.Type == api.CodeEventStdout || out.Type == api.CodeEventStderr {
+				sendText(out.Type, out.Text)
+				continue
+			}
 			send(out)
+		case <-holdC:
+			holdC = nil
+			release(false)
 		case <-timeoutC:
 			timeoutC, timedOut = nil, true
 			interrupt()
@@ -429,6 +480,7 @@ func (k *kctx) run(ctx context.Context, p auth.Principal, c cell, timeout time.D
 			interrupt()
 		}
 	}
+	release(true)
 	if timedOut && status != "timeout" {
 		status = "timeout"
 		if !sawError {
@@ -500,7 +552,9 @@ func translate(pr Process, ev bridgeEvent) (api.CodeEvent, bool) {
 		if ev.Text == "" {
 			return api.CodeEvent{}, false
 		}
-		return api.CodeEvent{Type: ev.T, Text: pr.Redact(ev.Text)}, true
+		// Masked by the cell's stream redactors (kctx.run): a secret may
+		// span events.
+		return api.CodeEvent{Type: ev.T, Text: ev.Text}, true
 	case "error":
 		return api.CodeEvent{Type: api.CodeEventError, Name: truncate(ev.Name, 256),
 			Value: pr.Redact(ev.Value), Traceback: pr.Redact(ev.Traceback)}, true

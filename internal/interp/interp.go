@@ -80,6 +80,9 @@ type Process interface {
 	Close(ctx context.Context)
 	// Redact masks the sandbox's secrets in text the kernel produced.
 	Redact(s string) string
+	// TextStream returns a redactor for one of a cell's output streams,
+	// which masks a secret however its pieces come.
+	TextStream() *manager.TextStream
 }
 
 // Backend is what the service needs of the sandbox manager; ManagerBackend

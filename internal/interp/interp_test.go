@@ -96,6 +96,9 @@ func (b *localBackend) Start(ctx context.Context, p auth.Principal, id string, s
 func (lp *localProc) Events() io.Reader      { return lp.fifo }
 func (lp *localProc) Done() <-chan struct{}  { return lp.done }
 func (lp *localProc) Redact(s string) string { return strings.ReplaceAll(s, "s3cr3t", "*****") }
+func (lp *localProc) TextStream() *manager.TextStream {
+	return manager.NewTextStream(map[string]string{"S": "s3cr3t"})
+}
 func (lp *localProc) Send(ctx context.Context, p []byte) error {
 	_, err := lp.stdin.Write(p)
 	return err
@@ -184,7 +187,14 @@ func TestBashContext(t *testing.T) {
 		{"state", "echo $((X+1)) $PWD", "42 /\n", ""},
 		{"partial-line", "printf abc", "abc", ""},
 		{"exit-status", "false", "", "ExitStatus"},
-		{"redacted", "echo s3cr3t", "*****\n", ""},
+		{"redacted", "echo s3cr3t", "******\n", ""},
+		// A secret printed one byte per event, slowly, or split by a
+		// pause longer than any hold: each event was masked alone before.
+		{"redacted-slowly", "for c in s 3 c r 3 t; do printf %s $c; sleep 0.03; done; echo", "******\n", ""},
+		{"redacted-split-by-pause", "printf s3c; sleep 0.5; printf 'r3t!'", "******!", ""},
+		// What only looks like the start of a secret, before a pause, is
+		// masked too: a cell's output is not kept to be corrected.
+		{"lookalike-before-a-pause", "printf 's3'; sleep 0.3; printf 'x'", "**x", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -256,6 +256,11 @@ func (cp *CodeProcess) Redact(s string) string {
 	return cp.sb.red.redactString(s)
 }
 
+// TextStream returns a redactor of one ordered text stream of the
+// kernel's (a cell's stdout or stderr): a secret is masked in it however
+// its pieces are spread over events and time.
+func (cp *CodeProcess) TextStream() *TextStream { return &TextStream{r: cp.sb.red} }
+
 // closingReader releases its stream when a read ends it, in the reading
 // goroutine: a download stream may not be closed while another goroutine
 // reads it.

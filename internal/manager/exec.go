@@ -25,15 +25,6 @@ import (
 
 // Timing of exec tracking.
 const (
-	// holdFlush is how long output that might be the start of a secret is
-	// held back waiting for the rest. A secret written in one write(2)
-	// arrives in one chunk; a split one usually within microseconds. A
-	// short held tail (a few bytes that happen to start a secret, as the
-	// end of any prompt may) goes out quickly; a longer one is strong
-	// evidence that a secret is being printed piecewise, so it waits longer.
-	holdFlush     = 20 * time.Millisecond
-	holdFlushLong = 2 * time.Second
-	holdLongFrom  = 4 // bytes of a secret's prefix that count as strong evidence
 	// backstopGrace is how long after an exec's timeout the server steps in
 	// if the agent has not ended it (the agent kills with SIGTERM and, after
 	// its own grace, SIGKILL; this only covers an agent that failed).
@@ -339,6 +330,18 @@ func (t *execTracker) emit(cs []chunk) {
 	t.mu.Unlock()
 }
 
+// settle ends the exec's output: what is held goes out as the whole output
+// says, and the bytes that a timed-out hold masked without their ever
+// becoming part of a secret are given back in the events, which the record
+// and every later reader get: the record is the whole output masked as
+// one text.
+func (t *execTracker) settle(red *streamRedactor) {
+	t.emit(red.end())
+	t.mu.Lock()
+	t.events = red.settle(t.events)
+	t.mu.Unlock()
+}
+
 type streamItem struct {
 	ev  agentproto.Event
 	err error
@@ -371,7 +374,7 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 	flush := time.NewTimer(time.Hour)
 	flush.Stop()
 	defer flush.Stop()
-	armed := 0 // 0: off, 1: short hold, 2: long hold
+	armed := false
 	var backstop <-chan time.Time
 	if t.timeout > 0 {
 		bt := time.NewTimer(t.timeout + backstopGrace)
@@ -383,12 +386,17 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 		select {
 		case it := <-items:
 			if it.err != nil {
-				t.emit(red.flush())
+				// The stream goes on after a re-attach: what is held
+				// goes out as a timed-out hold does.
+				t.emit(red.expire())
+				armed = false
+				flush.Stop()
 				if m.isShutdown() {
 					return // the next daemon re-attaches
 				}
 				select {
 				case <-sb.gone:
+					t.settle(red)
 					t.finishGone()
 					return
 				default:
@@ -408,6 +416,7 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 					if m.isShutdown() {
 						return
 					}
+					t.settle(red)
 					select {
 					case <-sb.gone:
 						t.finishGone()
@@ -429,7 +438,7 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 				continue
 			}
 			if it.ev.Type == agentproto.EventExit {
-				t.emit(red.flush())
+				t.settle(red)
 				res := agentproto.ExecResult{ID: t.id, Status: api.ExecError, ExitCode: -1, Error: "agent sent no result"}
 				if it.ev.Result != nil {
 					res = *it.ev.Result
@@ -446,25 +455,22 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 			}
 			t.mu.Unlock()
 			t.emit(red.push(chunk{stream: it.ev.Stream, off: it.ev.Offset, data: it.ev.Data}))
-			// Arm the flush once per hold, not on every chunk: output that
-			// keeps coming must not postpone it forever. Only a hold that
-			// grows into strong evidence of a secret gets the longer wait.
-			switch n := red.pendingLen(); {
-			case n == 0:
-				if armed != 0 {
-					flush.Stop()
-					armed = 0
-				}
-			case n >= holdLongFrom && armed < 2:
-				flush.Reset(holdFlushLong)
-				armed = 2
-			case armed == 0:
-				flush.Reset(holdFlush)
-				armed = 1
+			// Arm the hold's timer once per hold, not on every chunk:
+			// output that keeps coming must not postpone it forever.
+			switch pending := red.pending(); {
+			case !pending && armed:
+				flush.Stop()
+				armed = false
+			case pending && !armed:
+				flush.Reset(RedactHold)
+				armed = true
 			}
 		case <-flush.C:
-			armed = 0
-			t.emit(red.flush())
+			// The rest did not come in time: the held bytes go out
+			// masked, and the redactor still masks the rest of a secret
+			// when it comes (see streamState).
+			armed = false
+			t.emit(red.expire())
 		case <-backstop:
 			if sb.state() == api.StatePaused {
 				// A frozen sandbox's exec cannot end; look again later.
@@ -482,11 +488,11 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 				backstop = time.After(backstopKillWait)
 				continue
 			}
-			t.emit(red.flush())
+			t.settle(red)
 			t.finishLocal(api.ExecTimeout, api.ExecCodeTimeout, "exec did not end after its timeout")
 			return
 		case <-sb.gone:
-			t.emit(red.flush())
+			t.settle(red)
 			t.finishGone()
 			return
 		case <-m.shutdown:

@@ -96,61 +96,6 @@ func TestRedactorForms(t *testing.T) {
 	}
 }
 
-func TestStreamRedactorSplitSecret(t *testing.T) {
-	secret := "TOPSECRETVALUE"
-	s := &streamRedactor{r: newRedactor(map[string]string{"S": secret})}
-	var out []chunk
-	out = append(out, s.push(chunk{stream: "stdout", off: 0, data: []byte("key: TOPSEC")})...)
-	if s.pendingLen() != len("TOPSEC") {
-		t.Fatalf("held back %d bytes, want %d", s.pendingLen(), len("TOPSEC"))
-	}
-	out = append(out, s.push(chunk{stream: "stdout", off: 11, data: []byte("RETVALUE done\n")})...)
-	out = append(out, s.flush()...)
-	var got bytes.Buffer
-	next := int64(0)
-	for _, c := range out {
-		if c.off != next {
-			t.Fatalf("chunk at %d, want contiguous %d", c.off, next)
-		}
-		next += int64(len(c.data))
-		got.Write(c.data)
-	}
-	if want := "key: " + strings.Repeat("*", len(secret)) + " done\n"; got.String() != want {
-		t.Fatalf("got %q, want %q", got.String(), want)
-	}
-	// A secret split across two writes of stdout with stderr output in
-	// between is still masked, and chunks stay in offset order.
-	s = &streamRedactor{r: newRedactor(map[string]string{"S": secret})}
-	out = nil
-	out = append(out, s.push(chunk{stream: "stdout", off: 0, data: []byte("a TOPSEC")})...)
-	out = append(out, s.push(chunk{stream: "stderr", off: 8, data: []byte("warn\n")})...)
-	if len(out) != 1 || string(out[0].data) != "a " {
-		t.Fatalf("before the continuation: %v", out)
-	}
-	out = append(out, s.push(chunk{stream: "stdout", off: 13, data: []byte("RETVALUE!")})...)
-	out = append(out, s.flush()...)
-	next = 0
-	texts := map[string]string{}
-	for _, c := range out {
-		if c.off != next {
-			t.Fatalf("chunk at %d, want %d: %v", c.off, next, out)
-		}
-		next += int64(len(c.data))
-		texts[c.stream] += string(c.data)
-	}
-	if texts["stdout"] != "a "+strings.Repeat("*", len(secret))+"!" || texts["stderr"] != "warn\n" {
-		t.Fatalf("interleaved split secret: %q", texts)
-	}
-	// A held tail whose continuation never comes goes out on flush.
-	s = &streamRedactor{r: newRedactor(map[string]string{"S": secret})}
-	if got := s.push(chunk{stream: "stdout", off: 0, data: []byte("TOP")}); len(got) != 0 || s.pendingLen() != 3 {
-		t.Fatalf("held %v, pending %d", got, s.pendingLen())
-	}
-	if got := s.flush(); len(got) != 1 || string(got[0].data) != "TOP" || s.pendingLen() != 0 {
-		t.Fatalf("flush: %v", got)
-	}
-}
-
 func TestSealer(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "d", "secrets.key")
 	s, err := loadSealer(path)

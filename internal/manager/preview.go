@@ -323,13 +323,15 @@ func (b previewBackend) sandboxFor(id string) (*sandbox, auth.Principal, bool) {
 }
 
 func (b previewBackend) PreviewTarget(ctx context.Context, id string, port int) (preview.Target, error) {
-	sb, _, ok := b.sandboxFor(id)
-	if !ok || sb.state() != api.StateRunning {
-		return preview.Target{}, errdefs.ErrNotFound
-	}
 	key, err := b.m.previewKey()
 	if err != nil {
 		return preview.Target{}, err
+	}
+	sb, _, ok := b.sandboxFor(id)
+	if !ok || sb.state() != api.StateRunning {
+		// The token of any id is known here: the listener answers a
+		// holder of it "not found", everyone else as for a private port.
+		return preview.Target{Token: preview.TokenFor(key, id)}, errdefs.ErrNotFound
 	}
 	pv := b.m.previews()
 	pv.mu.Lock()

@@ -6,14 +6,15 @@ import "io"
 // output is masked: a file the sandbox wrote (or /run/secrets itself) must
 // not carry a secret out through the files API. Masking keeps lengths, so
 // a size already announced stays true. Bytes that could be the start of a
-// secret continuing in the next read are held back until it is known.
+// secret continuing in the next read are held back until it is known (a
+// read blocks, so no hold ever times out here).
 type redactingReader struct {
 	r   *redactor
 	src io.ReadCloser
-	buf []byte // read, not yet returned; buf[:ready] is final
-	// ready is how many leading bytes of buf are masked and cannot change.
-	ready int
-	err   error
+	st  streamState
+	buf []byte // read buffer
+	out []byte // final, not returned yet
+	err error
 }
 
 // newRedactingReader wraps rc; with no secrets it returns rc itself.
@@ -25,34 +26,29 @@ func newRedactingReader(r *redactor, rc io.ReadCloser) io.ReadCloser {
 }
 
 func (rr *redactingReader) Read(p []byte) (int, error) {
-	for rr.ready == 0 {
+	for len(rr.out) == 0 {
 		if rr.err != nil {
-			if len(rr.buf) > 0 {
-				// End of input: what was held back cannot grow into a
-				// secret any more.
-				rr.ready = len(rr.buf)
-				break
+			if len(rr.st.held) == 0 {
+				return 0, rr.err
 			}
-			return 0, rr.err
+			// End of input: what was held back cannot grow into a
+			// secret any more.
+			rr.out = rr.st.heldText()
+			rr.st.end()
+			break
 		}
-		chunk := make([]byte, 32<<10)
-		n, err := rr.src.Read(chunk)
-		rr.buf = append(rr.buf, chunk[:n]...)
+		if rr.buf == nil {
+			rr.buf = make([]byte, 32<<10)
+		}
+		n, err := rr.src.Read(rr.buf)
 		rr.err = err
-		if n == 0 && err == nil {
-			continue
-		}
-		rr.r.mask(rr.buf)
-		if err == nil {
-			rr.ready = len(rr.buf) - rr.r.holdback(rr.buf)
+		if n > 0 {
+			region, hold := rr.st.feed(rr.r, rr.buf[:n], 0, false, nil)
+			rr.out = region[:len(region)-hold]
 		}
 	}
-	n := copy(p, rr.buf[:rr.ready])
-	rr.buf = rr.buf[n:]
-	rr.ready -= n
-	if len(rr.buf) == 0 {
-		rr.buf = nil
-	}
+	n := copy(p, rr.out)
+	rr.out = rr.out[n:]
 	return n, nil
 }
 

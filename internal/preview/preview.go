@@ -61,7 +61,10 @@ type Target struct {
 // Backend is the sandbox side of previews (the manager).
 type Backend interface {
 	// PreviewTarget returns port of running sandbox id, or an error
-	// wrapping errdefs.ErrNotFound when there is no such sandbox.
+	// wrapping errdefs.ErrNotFound when there is no such sandbox (with the
+	// Target's Token still set, so that a holder of the token of a gone
+	// sandbox is told "not found" and everyone else what a private port
+	// answers).
 	PreviewTarget(ctx context.Context, id string, port int) (Target, error)
 	// PreviewDial connects to port inside sandbox id.
 	PreviewDial(ctx context.Context, id string, port int) (net.Conn, error)
@@ -181,14 +184,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, err := h.cfg.Backend.PreviewTarget(r.Context(), id, port)
-	if err != nil {
-		if errdefs.IsNotFound(err) {
-			http.Error(w, "preview not found", http.StatusNotFound)
-			return
-		}
+	if err != nil && !errdefs.IsNotFound(err) {
 		h.log.Warn("preview lookup", "sandbox_id", id, "port", port, "err", err)
 		http.Error(w, "preview unavailable", http.StatusBadGateway)
 		return
+	}
+	if err != nil {
+		// No such sandbox (gone, not running, never was): it answers as a
+		// private port does, so that without its token nobody tells the
+		// two apart; with it, the answer is "not found".
+		t = Target{Token: t.Token}
 	}
 	via := "public"
 	if !t.Public {
@@ -223,7 +228,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			via = "token"
-		case hasCookie(r, cookieValue(t.Token, r.Host)):
+		case hasCookie(r, t.Token, r.Host):
 			via = "cookie"
 		default:
 			http.Error(w, "this preview needs its token (?token= or the "+api.PreviewTokenHeader+" header)", http.StatusUnauthorized)
@@ -306,7 +311,11 @@ func cookieValue(token, host string) string {
 	return hex.EncodeToString(mac.Sum(nil))
 }
 
-func hasCookie(r *http.Request, want string) bool {
+func hasCookie(r *http.Request, token, host string) bool {
+	if token == "" {
+		return false // a cookie of the empty token is anyone's to make
+	}
+	want := cookieValue(token, host)
 	for _, c := range r.CookiesNamed(CookieName) {
 		if equal(c.Value, want) {
 			return true
@@ -329,9 +338,9 @@ func stripCookie(r *http.Request) {
 	}
 }
 
-// equal compares secrets in constant time.
+// equal compares secrets in constant time; an empty one matches nothing.
 func equal(a, b string) bool {
-	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 && b != ""
 }
 
 // TokenFor derives sandbox id's preview token from key: no token is

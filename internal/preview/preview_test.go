@@ -35,7 +35,7 @@ func (b *fakeBackend) PreviewTarget(_ context.Context, id string, port int) (Tar
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.known[id] {
-		return Target{}, errdefs.ErrNotFound
+		return Target{Token: "tok-" + id}, errdefs.ErrNotFound
 	}
 	t, ok := b.targets[fmt.Sprintf("%s/%d", id, port)]
 	if !ok {
@@ -157,7 +157,9 @@ func TestAccess(t *testing.T) {
 		{"HeaderToken", "8080-sbx_a.localhost", map[string]string{api.PreviewTokenHeader: "tok-sbx_a"}, http.StatusOK, `path=/x query= token="" cookie=""`},
 		{"Public", "9000-sbx_a.localhost:1234", nil, http.StatusOK, "path=/x"},
 		{"OtherSandboxPublic", "8080-sbx_b.localhost", nil, http.StatusOK, "second sandbox"},
-		{"UnknownSandbox", "8080-sbx_zz.localhost", nil, http.StatusNotFound, "preview not found"},
+		{"UnknownSandbox", "8080-sbx_zz.localhost", nil, http.StatusUnauthorized, "needs its token"},
+		{"UnknownSandboxWrongToken", "8080-sbx_zz.localhost", map[string]string{api.PreviewTokenHeader: "tok-sbx_a"}, http.StatusUnauthorized, "wrong preview token"},
+		{"UnknownSandboxItsToken", "8080-sbx_zz.localhost", map[string]string{api.PreviewTokenHeader: "tok-sbx_zz"}, http.StatusNotFound, "preview not found"},
 		{"PortNotExposedNoToken", "7000-sbx_a.localhost", nil, http.StatusUnauthorized, "needs its token"},
 		{"PortNotExposedWithToken", "7000-sbx_a.localhost", map[string]string{api.PreviewTokenHeader: "tok-sbx_a"}, http.StatusNotFound, "preview not found"},
 		{"OtherDomain", "8080-sbx_a.example.com", nil, http.StatusNotFound, "not a preview url"},
@@ -169,6 +171,35 @@ func TestAccess(t *testing.T) {
 			resp, body := r.get(t, tc.host, "/x", tc.hdr)
 			if resp.StatusCode != tc.status || !strings.Contains(body, tc.body) {
 				t.Fatalf("got %d %q, want %d containing %q", resp.StatusCode, body, tc.status, tc.body)
+			}
+		})
+	}
+}
+
+// TestUnknownAnswersAsPrivate: without the sandbox's token, a sandbox
+// that does not exist (or no longer runs) answers exactly as a private port
+// of a running one, whatever credential is tried; before, it was a 404
+// where a running sandbox gave 401, which told which ids exist.
+func TestUnknownAnswersAsPrivate(t *testing.T) {
+	r := newRig(t)
+	emptyCookie := CookieName + "=" + cookieValue("", "8080-sbx_zz.localhost")
+	for _, tc := range []struct {
+		name string
+		hdr  map[string]string
+		path string
+	}{
+		{"NoToken", nil, "/x"},
+		{"WrongHeader", map[string]string{api.PreviewTokenHeader: "tok-sbx_b"}, "/x"},
+		{"WrongQuery", nil, "/x?token=tok-sbx_b"},
+		{"WrongCookie", map[string]string{"Cookie": CookieName + "=00"}, "/x"},
+		{"CookieOfTheEmptyToken", map[string]string{"Cookie": emptyCookie}, "/x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			known, kb := r.get(t, "8080-sbx_a.localhost", tc.path, tc.hdr)
+			unknown, ub := r.get(t, "8080-sbx_zz.localhost", tc.path, tc.hdr)
+			if known.StatusCode != http.StatusUnauthorized || unknown.StatusCode != known.StatusCode || ub != kb ||
+				unknown.Header.Get("Content-Type") != known.Header.Get("Content-Type") {
+				t.Fatalf("running sandbox: %d %q; unknown one: %d %q", known.StatusCode, kb, unknown.StatusCode, ub)
 			}
 		})
 	}

@@ -302,6 +302,24 @@ const scenarios = {
       await sbx.runCode('y = 5', { context: ctx })
       assert.equal((await sbx.runCode('y * 2', { context: ctx })).text, '10')
 
+      // The context calls carry only the SDK's trafficAccessToken (no
+      // X-Access-Token): airlock takes it, and refuses them without it.
+      assert.ok(sbx.trafficAccessToken, 'create gave no trafficAccessToken')
+      assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id), 'the new context is not listed')
+      const again = await CodeSandbox.connect(sbx.sandboxId)
+      assert.ok((await again.listCodeContexts()).some((c) => c.id === ctx.id), 'a connected sandbox does not list it')
+      await again.restartCodeContext(ctx)
+      assert.equal((await sbx.runCode('"y" in dir()', { context: ctx })).text, 'False')
+      const anonymous = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999', 'Content-Type': 'application/json' }
+      for (const [method, path] of [['GET', '/contexts'], ['POST', '/contexts'], ['POST', `/contexts/${ctx.id}/restart`], ['DELETE', `/contexts/${ctx.id}`]]) {
+        const res = await fetch(`${process.env.E2B_SANDBOX_URL}${path}`, { method, headers: anonymous, body: method === 'POST' ? '{}' : undefined })
+        assert.equal(res.status, 401, `${method} ${path} without a token`)
+      }
+      const wrong = await fetch(`${process.env.E2B_SANDBOX_URL}/contexts`, { headers: { ...anonymous, 'E2B-Traffic-Access-Token': 'x' } })
+      assert.equal(wrong.status, 401)
+      await sbx.removeCodeContext(ctx)
+      assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id), 'the removed context is still listed')
+
       // envs: the cell's own, in each language; the context's variables,
       // its state and its execution count come through untouched.
       const before = await sbx.runCode('import os, subprocess; os.environ["KEEP"] = "ctx"')
