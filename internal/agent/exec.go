@@ -287,7 +287,7 @@ func (s *Server) startExec(req *agentproto.ExecRequest) (*execProc, error) {
 		done:    make(chan struct{}),
 		info: agentproto.ExecInfo{
 			ID: req.ID, Argv: req.Argv, Shell: req.Shell, User: user, Cwd: req.Cwd,
-			Status: agentproto.StatusRunning, StartedAt: now.UTC(),
+			Status: agentproto.StatusRunning, StartedAt: now.UTC(), MaxOutputBytes: max,
 		},
 	}
 	if err := s.execs.reserve(e.id); err != nil {

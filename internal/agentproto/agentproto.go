@@ -265,6 +265,8 @@ type ExecInfo struct {
 	EndedAt   time.Time `json:"ended_at,omitzero"`
 	// Pid is the main process's pid in the sandbox (0 if it never started).
 	Pid int `json:"pid"`
+	// MaxOutputBytes is the exec's per-stream output cap.
+	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
 }
 
 // FileInfo describes a file in the sandbox.

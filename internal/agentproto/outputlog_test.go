@@ -118,7 +118,7 @@ func TestOutputLogIgnoresRewrites(t *testing.T) {
 	l := agentproto.NewOutputLog(0)
 	l.Add("stdout", 0, []byte("hello"))
 	l.Add("stderr", 3, []byte("XXXXworld")) // overlaps 3..5: only "XX" past the end is new
-	l.Add("stdout", 1, []byte("zz"))       // entirely old
+	l.Add("stdout", 1, []byte("zz"))        // entirely old
 	if got := streamText(l, "stdout") + "|" + streamText(l, "stderr"); got != "hello|XXworld" {
 		t.Fatalf("got %q", got)
 	}
