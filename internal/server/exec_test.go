@@ -275,6 +275,40 @@ func TestExecTimeoutAndOOM(t *testing.T) {
 	}
 }
 
+// TestExecStartFailures: a command that cannot start is exec_failed with
+// the shell's exit code, an unknown user or a missing cwd a 400; neither is
+// agent_unavailable, which means the platform lost the agent.
+func TestExecStartFailures(t *testing.T) {
+	h := newHarness(t)
+	sb := h.create("acme", api.CreateSandboxRequest{})
+	key := h.key("acme")
+	res := h.exec("acme", sb.ID, api.ExecRequest{Cmd: []string{"nosuchcmd"}})
+	if res.Status != api.ExecError || res.ErrorCode != api.ExecCodeExecFailed || res.ExitCode == nil || *res.ExitCode != 127 ||
+		!strings.Contains(res.Error, "nosuchcmd: executable file not found") {
+		t.Fatalf("nosuchcmd: %+v", res)
+	}
+	for _, req := range []api.ExecRequest{
+		{Cmd: []string{"true"}, User: "nosuchuser"},
+		{Cmd: []string{"true"}, Cwd: "/nonexistent"},
+	} {
+		r := h.req("POST", "/v1/sandboxes/"+sb.ID+"/exec", key, req)
+		h.expect(r, http.StatusBadRequest, api.CodeInvalidArgument)
+		if msg := r.apiErr(t).Message; !strings.Contains(msg, "nosuchuser") && !strings.Contains(msg, "/nonexistent") {
+			t.Fatalf("message %q", msg)
+		}
+	}
+	var list api.ExecList
+	h.req("GET", "/v1/sandboxes/"+sb.ID+"/execs", key, nil).json(t, &list)
+	for _, x := range list.Execs {
+		if x.ErrorCode != api.ExecCodeExecFailed {
+			t.Errorf("record %+v, want exec_failed", x)
+		}
+	}
+	if len(list.Execs) != 3 {
+		t.Errorf("%d records, want 3", len(list.Execs))
+	}
+}
+
 func TestSecretsAreMaskedAndNotStored(t *testing.T) {
 	h := newHarness(t)
 	secret := "sk-live-0123456789abcdefXYZ"
