@@ -428,10 +428,12 @@ func (s *Server) streamEvents(ctx context.Context, st stream, fr *agentproto.Fra
 		var closed, capped bool
 		var changed <-chan struct{}
 		pieces, closed, capped, changed = e.log.read(&cur, agentproto.DataChunk, pieces[:0])
+		sent := 0
 		for _, p := range pieces {
 			if err := fw.WriteOutput(p.stream, p.off, p.data); err != nil {
 				return
 			}
+			sent += len(p.data)
 		}
 		if closed {
 			res := e.resultNow()
@@ -440,11 +442,12 @@ func (s *Server) streamEvents(ctx context.Context, st stream, fr *agentproto.Fra
 		}
 		if capped {
 			// Past the cap the log keeps only a tail: send what it holds
-			// at most every FollowInterval (or at the end), not each write.
+			// at a bounded pace (or at the end), not each write.
+			wait := max(agentproto.FollowInterval, time.Duration(sent)*time.Second/agentproto.FollowRate)
 			if pace == nil {
-				pace = time.NewTimer(agentproto.FollowInterval)
+				pace = time.NewTimer(wait)
 			} else {
-				pace.Reset(agentproto.FollowInterval)
+				pace.Reset(wait)
 			}
 			select {
 			case <-pace.C:

@@ -128,12 +128,17 @@ const (
 	HardMaxOutputBytes = 64 << 20
 )
 
-// FollowInterval is how often the agent wakes a follower of an exec whose
-// output went past its cap: a flood then reaches the daemon as samples of
-// what the tail holds, at most a tail per interval, instead of at the
-// speed the sandbox writes (the daemon's CPU is shared by every sandbox).
-// Output under the cap is sent at once.
-const FollowInterval = 250 * time.Millisecond
+// FollowInterval and FollowRate pace a follower of an exec whose output
+// went past its cap: it is woken at most every FollowInterval, and no more
+// often than what it was sent takes at FollowRate (bytes per second). A
+// flood then reaches the daemon as samples of what the tails hold, instead
+// of at the speed the sandbox writes (the daemon's CPU is shared by every
+// sandbox), while a long log that merely outgrew the cap still streams
+// nearly live. Output under the cap is sent at once.
+const (
+	FollowInterval = 250 * time.Millisecond
+	FollowRate     = 8 << 20
+)
 
 // DefaultUser is the user that runs execs and file operations when a request
 // names none.
