@@ -328,12 +328,10 @@ type execTracker struct {
 	oomBase  uint64
 	oomKnown bool
 
-	mu sync.Mutex
-	// out is the redacted output, each stream capped as in the agent (its
-	// head and tail); the exec's own cap once known (Exec, reattach).
-	out     *agentproto.OutputLog
+	mu      sync.Mutex
 	rec     store.Exec
-	nextOff int64 // offset after the last byte received
+	out     *agentproto.OutputLog // redacted; each stream's head and tail, under the exec's cap
+	nextOff int64                 // offset after the last byte received
 	result  *api.ExecResult
 	notify  chan struct{} // closed and replaced on every change
 	done    chan struct{}
