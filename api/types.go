@@ -196,6 +196,11 @@ const (
 	// ExecCodeAgentUnavailable: status error, the platform lost the
 	// sandbox's agent while the sandbox still ran.
 	ExecCodeAgentUnavailable = "agent_unavailable"
+	// ExecCodeExecFailed: status error, the command could not start (no
+	// such executable, not executable, a missing #! interpreter, no
+	// process left in the pids limit); Error says why, ExitCode is 127
+	// (not found) or 126 (not runnable) as a shell reports them.
+	ExecCodeExecFailed = "exec_failed"
 )
 
 // Sandbox error codes (Sandbox.Error.Code in state error).
@@ -243,6 +248,12 @@ type ExecResult struct {
 	Error      string     `json:"error,omitempty"`
 	// ErrorCode says why an exec did not exit on its own (ExecCode*).
 	ErrorCode string `json:"error_code,omitempty"`
+	// StdoutDroppedBytes and StderrDroppedBytes count the bytes of each
+	// stream past max_output_bytes that were dropped (Truncated is then
+	// set): a stream keeps its first and last max_output_bytes/2 bytes,
+	// and in Stdout/Stderr the dropped ones were between the two.
+	StdoutDroppedBytes int64 `json:"stdout_dropped_bytes,omitempty"`
+	StderrDroppedBytes int64 `json:"stderr_dropped_bytes,omitempty"`
 }
 
 // ExecStarted is the 202 body of an async exec and the SSE `start` event.

@@ -198,12 +198,25 @@ func (t *execTable) pruneLocked(now time.Time) {
 	}
 }
 
-// errStart is a reason an exec could not start; it ends with status error.
-type errStart struct{ msg string }
+// errStart is a reason an exec could not start; it ends with status error
+// and exit code code (127 not found, 126 found but not runnable, -1 when no
+// command was tried), as a shell reports them.
+type errStart struct {
+	msg  string
+	code int
+}
 
 func (e *errStart) Error() string { return e.msg }
 
-func startErr(format string, args ...any) error { return &errStart{msg: fmt.Sprintf(format, args...)} }
+// Exit codes of a command that could not start, as POSIX shells give them.
+const (
+	exitNotFound   = 127
+	exitCannotExec = 126
+)
+
+func startErr(code int, format string, args ...any) error {
+	return &errStart{msg: fmt.Sprintf(format, args...), code: code}
+}
 
 // validateExec checks the shape of a request; failures are request errors,
 // not exec results.
@@ -249,6 +262,14 @@ func (s *Server) startExec(req *agentproto.ExecRequest) (*execProc, error) {
 	if s.closing() {
 		return nil, &agentproto.Error{Code: agentproto.CodeUnsupported, Message: "agent is shutting down"}
 	}
+	// An unknown user or a cwd that is not a directory is the request's
+	// mistake: it fails, and no exec exists. Anything after is an exec
+	// that could not start.
+	acct, cwd, prepErr := s.execUserCwd(req)
+	var reqErr *agentproto.Error
+	if errors.As(prepErr, &reqErr) {
+		return nil, prepErr
+	}
 	max := req.MaxOutputBytes
 	if max == 0 {
 		max = agentproto.DefaultMaxOutputBytes
@@ -266,24 +287,31 @@ func (s *Server) startExec(req *agentproto.ExecRequest) (*execProc, error) {
 		done:    make(chan struct{}),
 		info: agentproto.ExecInfo{
 			ID: req.ID, Argv: req.Argv, Shell: req.Shell, User: user, Cwd: req.Cwd,
-			Status: agentproto.StatusRunning, StartedAt: now.UTC(),
+			Status: agentproto.StatusRunning, StartedAt: now.UTC(), MaxOutputBytes: max,
 		},
 	}
 	if err := s.execs.reserve(e.id); err != nil {
 		return nil, err
 	}
 	defer s.execs.publish(e)
-	if err := s.spawn(e, req); err != nil {
+	err := prepErr
+	if err == nil {
+		err = s.spawn(e, req, acct, cwd)
+	}
+	if err != nil {
 		var se *errStart
-		msg := "internal error"
+		msg, code := "", -1
 		if errors.As(err, &se) {
-			msg = se.msg
+			msg, code = se.msg, se.code
 		} else {
+			// Pipes, a terminal, /dev/null: what the sandbox is short of
+			// (descriptors, memory), said without paths.
+			msg = "cannot start the command: " + errText(err)
 			s.log.Warn("exec start failed", "exec_id", e.id, "err", err)
 		}
 		e.mu.Lock()
 		e.result = agentproto.ExecResult{
-			ID: e.id, Status: agentproto.StatusError, ExitCode: -1, Error: msg,
+			ID: e.id, Status: agentproto.StatusError, ExitCode: code, Error: msg,
 			StartedAt: e.info.StartedAt, EndedAt: e.info.StartedAt,
 		}
 		e.ended = true
@@ -294,18 +322,19 @@ func (s *Server) startExec(req *agentproto.ExecRequest) (*execProc, error) {
 	return e, nil
 }
 
-// spawn resolves user, env, cwd and binary, starts the process and the
-// goroutines that follow it.
-func (s *Server) spawn(e *execProc, req *agentproto.ExecRequest) error {
+// execUserCwd resolves the exec's user and working directory. An unknown
+// user and a cwd that does not exist or is not a directory are request
+// errors (*agentproto.Error); a user database that cannot be read is a
+// start failure (*errStart).
+func (s *Server) execUserCwd(req *agentproto.ExecRequest) (*account, string, error) {
 	acct, err := s.lookupUser(req.User)
 	if err != nil {
 		var pe *agentproto.Error
 		if errors.As(err, &pe) {
-			return startErr("%s", pe.Message)
+			return nil, "", err
 		}
-		return err
+		return nil, "", startErr(-1, "cannot look the user up: %s", errText(err))
 	}
-	env := buildEnv(acct, req, e.marker)
 	cwd := req.Cwd
 	if cwd == "" {
 		cwd = acct.Home
@@ -313,18 +342,25 @@ func (s *Server) spawn(e *execProc, req *agentproto.ExecRequest) error {
 			// A user without a home still runs, in "/".
 			cwd = "/"
 		}
-	} else {
-		if !filepath.IsAbs(cwd) {
-			cwd = filepath.Join(acct.Home, cwd)
-		}
-		fi, err := os.Stat(cwd)
-		if err != nil {
-			return startErr("cwd %s: %s", cwd, errText(err))
-		}
-		if !fi.IsDir() {
-			return startErr("cwd %s: not a directory", cwd)
-		}
+		return acct, cwd, nil
 	}
+	if !filepath.IsAbs(cwd) {
+		cwd = filepath.Join(acct.Home, cwd)
+	}
+	fi, err := os.Stat(cwd)
+	if err != nil {
+		return nil, "", invalid(fmt.Sprintf("cwd %s: %s", cwd, errText(err)))
+	}
+	if !fi.IsDir() {
+		return nil, "", invalid(fmt.Sprintf("cwd %s: not a directory", cwd))
+	}
+	return acct, cwd, nil
+}
+
+// spawn resolves env and binary, starts the process as acct in cwd and the
+// goroutines that follow it.
+func (s *Server) spawn(e *execProc, req *agentproto.ExecRequest, acct *account, cwd string) error {
+	env := buildEnv(acct, req, e.marker)
 	e.info.Cwd = cwd
 	argv := req.Argv
 	if req.Shell != "" {
@@ -339,7 +375,7 @@ func (s *Server) spawn(e *execProc, req *agentproto.ExecRequest) error {
 	if s.euid == 0 {
 		cred = &syscall.Credential{Uid: acct.Uid, Gid: acct.Gid, Groups: acct.Groups}
 	} else if acct.Uid != s.euid {
-		return startErr("cannot run as %q: agent is not root", acct.Name)
+		return startErr(-1, "cannot run as %q: agent is not root", acct.Name)
 	}
 
 	// Child ends are raw blocking fds (a non-blocking stdio breaks ordinary
@@ -425,7 +461,7 @@ func (s *Server) spawn(e *execProc, req *agentproto.ExecRequest) error {
 		return syscall.ForkExec(path, argv, attr)
 	})
 	if err != nil {
-		return startErr("starting %s: %s", argv[0], errText(err))
+		return forkErr(argv[0], err)
 	}
 	ok = true
 	e.pid = pid
@@ -640,7 +676,9 @@ wait:
 		EndedAt:   st.when.UTC(),
 	}
 	res.DurationMS = res.EndedAt.Sub(res.StartedAt).Milliseconds()
-	res.StdoutBytes, res.StderrBytes, res.Truncated = e.log.stats()
+	ost := e.log.stats()
+	res.StdoutBytes, res.StderrBytes, res.Truncated = ost.stdout, ost.stderr, ost.truncated
+	res.StdoutDropped, res.StderrDropped = ost.stdoutDropped, ost.stderrDropped
 	ws := st.ws
 	e.mu.Lock()
 	switch {
@@ -652,18 +690,22 @@ wait:
 		res.ExitCode = 128 + int(sig)
 		res.Signal = signalName(sig)
 		res.Status = agentproto.StatusExited
-		switch {
-		case e.timedOut:
-		case e.clientSignaled:
+		if e.clientSignaled && !e.timedOut {
 			res.Status = agentproto.StatusKilled
-		case sig == syscall.SIGKILL && oomOK:
-			if after, ok := s.oomKills(); ok && after > oomBefore {
-				res.Status = agentproto.StatusOOM
-			}
 		}
 	default:
 		res.ExitCode = -1
 		res.Status = agentproto.StatusExited
+	}
+	// OOM: the sandbox's OOM kill count grew while the exec ran, and the
+	// exec ended as a process the OOM killer chose does (its own SIGKILL,
+	// or a shell's 137 for such a child). The exit alone is not enough: a
+	// kill -9 is no OOM; the count alone is not either: another exec may
+	// have been the one killed (see agentproto.EndedBySIGKILL).
+	if res.Status == agentproto.StatusExited && !e.clientSignaled && oomOK && agentproto.EndedBySIGKILL(res) {
+		if after, ok := s.oomKills(); ok && after > oomBefore {
+			res.Status = agentproto.StatusOOM
+		}
 	}
 	if e.timedOut {
 		res.Status = agentproto.StatusTimeout
@@ -787,6 +829,22 @@ func envValue(env []string, k string) string {
 	return ""
 }
 
+// forkErr describes a failed fork and exec of a command that lookPath
+// found: resource shortages (no command was tried, -1), a missing #!
+// interpreter or anything else execve refused (126).
+func forkErr(name string, err error) error {
+	var errno syscall.Errno
+	errors.As(err, &errno)
+	switch errno {
+	case syscall.EAGAIN, syscall.ENOMEM, syscall.EMFILE, syscall.ENFILE:
+		return startErr(-1, "cannot start %s: %s", name, errText(err))
+	case syscall.ENOENT:
+		// The file exists (lookPath saw it): its interpreter does not.
+		return startErr(exitCannotExec, "cannot run %s: its interpreter (#! line) or loader was not found", name)
+	}
+	return startErr(exitCannotExec, "cannot run %s: %s", name, errText(err))
+}
+
 // lookPath finds name like execvp does, in the exec's own PATH.
 func lookPath(name, path, cwd string) (string, error) {
 	if strings.Contains(name, "/") {
@@ -795,10 +853,15 @@ func lookPath(name, path, cwd string) (string, error) {
 			p = filepath.Join(cwd, p)
 		}
 		if err := isExecutable(p); err != nil {
-			return "", startErr("%s: %s", name, errText(err))
+			code := exitCannotExec
+			if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
+				code = exitNotFound
+			}
+			return "", startErr(code, "%s: %s", name, errText(err))
 		}
 		return p, nil
 	}
+	denied := false
 	for _, dir := range filepath.SplitList(path) {
 		if dir == "" {
 			dir = "."
@@ -807,11 +870,17 @@ func lookPath(name, path, cwd string) (string, error) {
 			dir = filepath.Join(cwd, dir)
 		}
 		p := filepath.Join(dir, name)
-		if isExecutable(p) == nil {
+		err := isExecutable(p)
+		if err == nil {
 			return p, nil
 		}
+		denied = denied || errors.Is(err, syscall.EACCES)
 	}
-	return "", startErr("%s: executable file not found in PATH", name)
+	if denied {
+		// As execvp: a match that may not be run is what is reported.
+		return "", startErr(exitCannotExec, "%s: permission denied (found in PATH, not executable)", name)
+	}
+	return "", startErr(exitNotFound, "%s: executable file not found in PATH", name)
 }
 
 func isExecutable(p string) error {

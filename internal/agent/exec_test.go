@@ -20,6 +20,9 @@ import (
 
 func TestExecCommands(t *testing.T) {
 	e := newEnv(t)
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	noExecFile, badShebangFile := filepath.Join(dir, "script.sh"), filepath.Join(dir, "bad-shebang")
 	tests := []struct {
 		name       string
 		req        agentproto.ExecRequest
@@ -36,11 +39,19 @@ func TestExecCommands(t *testing.T) {
 		{name: "exit_zero", req: agentproto.ExecRequest{Argv: []string{"true"}}, status: "exited"},
 		{name: "exit_nonzero", req: agentproto.ExecRequest{Argv: []string{"false"}}, status: "exited", exitCode: 1},
 		{name: "own_signal", req: agentproto.ExecRequest{Shell: "kill -SEGV $$"}, status: "exited", exitCode: 128 + 11, signal: "SIGSEGV"},
-		{name: "no_such_binary", req: agentproto.ExecRequest{Argv: []string{"no-such-binary-xyz"}}, status: "error", exitCode: -1, errContain: "not found"},
-		{name: "no_such_path", req: agentproto.ExecRequest{Argv: []string{"/nonexistent/bin"}}, status: "error", exitCode: -1, errContain: "no such file"},
-		{name: "bad_cwd", req: agentproto.ExecRequest{Argv: []string{"true"}, Cwd: "/nonexistent-dir"}, status: "error", exitCode: -1, errContain: "cwd"},
-		{name: "cwd_is_file", req: agentproto.ExecRequest{Argv: []string{"true"}, Cwd: "/etc/passwd"}, status: "error", exitCode: -1, errContain: "not a directory"},
-		{name: "unknown_user", req: agentproto.ExecRequest{Argv: []string{"true"}, User: "nobody-here"}, status: "error", exitCode: -1, errContain: "unknown user"},
+		// A command that cannot start is an exec with status error and the
+		// exit code a shell would give (127 not found, 126 not runnable).
+		{name: "no_such_binary", req: agentproto.ExecRequest{Argv: []string{"no-such-binary-xyz"}}, status: "error", exitCode: 127, errContain: "executable file not found in PATH"},
+		{name: "no_such_path", req: agentproto.ExecRequest{Argv: []string{"/nonexistent/bin"}}, status: "error", exitCode: 127, errContain: "no such file"},
+		{name: "no_exec_bit", req: agentproto.ExecRequest{Argv: []string{noExecFile}}, status: "error", exitCode: 126, errContain: "permission denied"},
+		{name: "no_exec_bit_in_path", req: agentproto.ExecRequest{Argv: []string{filepath.Base(noExecFile)}, Env: map[string]string{"PATH": filepath.Dir(noExecFile)}}, status: "error", exitCode: 126, errContain: "permission denied"},
+		{name: "directory", req: agentproto.ExecRequest{Argv: []string{"/tmp"}}, status: "error", exitCode: 126, errContain: "is a directory"},
+		{name: "missing_interpreter", req: agentproto.ExecRequest{Argv: []string{badShebangFile}}, status: "error", exitCode: 126, errContain: "interpreter"},
+	}
+	writeFile(t, noExecFile, "#!/bin/sh\necho ran\n")
+	writeFile(t, badShebangFile, "#!/nonexistent/interpreter\necho ran\n")
+	if err := os.Chmod(badShebangFile, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,12 +89,22 @@ func TestExecBadRequests(t *testing.T) {
 		{"no_id", agentproto.ExecRequest{Argv: []string{"true"}}, errdefs.ErrInvalidArgument},
 		{"output_cap_too_big", agentproto.ExecRequest{ID: "ex_b3", Argv: []string{"true"}, MaxOutputBytes: 65<<20 + 1}, errdefs.ErrInvalidArgument},
 		{"bad_env_name", agentproto.ExecRequest{ID: "ex_b4", Argv: []string{"true"}, Env: map[string]string{"A=B": "c"}}, errdefs.ErrInvalidArgument},
+		// The request names a user or a directory that is not there: the
+		// request fails, no exec exists.
+		{"unknown_user", agentproto.ExecRequest{ID: "ex_b5", Argv: []string{"true"}, User: "nobody-here"}, errdefs.ErrInvalidArgument},
+		{"missing_cwd", agentproto.ExecRequest{ID: "ex_b6", Argv: []string{"true"}, Cwd: "/nonexistent-dir"}, errdefs.ErrInvalidArgument},
+		{"cwd_is_file", agentproto.ExecRequest{ID: "ex_b7", Argv: []string{"true"}, Cwd: "/etc/passwd"}, errdefs.ErrInvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := e.c.Exec(ctx, tt.req)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			if tt.req.ID != "" {
+				if _, err := e.c.Wait(ctx, tt.req.ID); !errors.Is(err, errdefs.ErrNotFound) {
+					t.Fatalf("a refused exec exists: Wait = %v", err)
+				}
 			}
 		})
 	}
@@ -278,18 +299,50 @@ func TestManyAttachers(t *testing.T) {
 	}
 }
 
+// TestOutputCap: a stream past the cap keeps its head and its tail; the
+// other stream is capped on its own, so what a program says on stderr after
+// flooding stdout is kept.
 func TestOutputCap(t *testing.T) {
 	e := newEnv(t)
-	got := e.run(agentproto.ExecRequest{Shell: `head -c 5000000 /dev/zero; echo done >&2`, MaxOutputBytes: 1000})
+	id := newID()
+	got := e.run(agentproto.ExecRequest{ID: id, Shell: `echo first; head -c 5000000 /dev/zero; echo last; echo 'Traceback: boom' >&2; exit 1`, MaxOutputBytes: 1000})
 	r := got.result
-	if r.Status != "exited" || r.ExitCode != 0 {
+	if r.Status != "exited" || r.ExitCode != 1 {
 		t.Fatalf("result %+v", r)
 	}
-	if !r.Truncated || r.StdoutBytes != 5000000 || r.StderrBytes != 5 {
-		t.Fatalf("truncated %v stdout %d stderr %d", r.Truncated, r.StdoutBytes, r.StderrBytes)
+	const total = 6 + 5000000 + 5
+	if !r.Truncated || r.StdoutBytes != total || r.StderrBytes != 16 || r.StdoutDropped != total-1000 || r.StderrDropped != 0 {
+		t.Fatalf("result %+v", r)
 	}
-	if n := got.stdout.Len() + got.stderr.Len(); n != 1000 {
-		t.Fatalf("kept %d bytes, want 1000", n)
+	// A live follower sees the head, then (paced) what the tail holds: at
+	// least the end, never more than the whole output.
+	if !strings.HasPrefix(got.stdout.String(), "first\n") || !strings.HasSuffix(got.stdout.String(), "\x00last\n") || got.stderr.String() != "Traceback: boom\n" {
+		t.Fatalf("followed stdout %q… stderr %q", got.stdout.String()[:min(20, got.stdout.Len())], got.stderr.String())
+	}
+	// A replay after the end has exactly head and tail, with the offsets
+	// of the whole output: the gap is a jump.
+	a, err := e.c.Attach(ctxT(t), id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replay := collect(t, a)
+	out := replay.stdout.String()
+	if len(out) != 1000 || !strings.HasPrefix(out, "first\n") || !strings.HasSuffix(out, "\x00last\n") || replay.stderr.String() != "Traceback: boom\n" {
+		t.Fatalf("replayed %d bytes of stdout, stderr %q", len(out), replay.stderr.String())
+	}
+	var offs []int64
+	for _, ev := range replay.events {
+		if ev.Type == agentproto.EventOutput {
+			offs = append(offs, ev.Offset)
+		}
+	}
+	// (stderr may arrive between two reads of stdout: its offset is
+	// wherever it came.)
+	if len(offs) < 3 || offs[0] != 0 || offs[1] < 1000 {
+		t.Fatalf("replay offsets %v: want 0, then a jump past the dropped bytes", offs)
+	}
+	if ev := replay.events[len(replay.events)-1]; ev.Offset != total+16 {
+		t.Fatalf("exit event offset %d, want %d", ev.Offset, total+16)
 	}
 	small := e.run(agentproto.ExecRequest{Argv: []string{"echo", "hi"}})
 	if small.result.Truncated {
@@ -755,5 +808,78 @@ func TestOOM(t *testing.T) {
 		Shell: fmt.Sprintf(`echo $$ > %s/cgroup.procs; x=$(head -c 200000000 /dev/zero | tr '\0' x); echo survived`, cg)})
 	if got.result.Status != agentproto.StatusOOM {
 		t.Fatalf("result %+v stdout %q stderr %q", got.result, got.stdout.String(), got.stderr.String())
+	}
+}
+
+// TestOOMShellChild: the kernel OOM-kills a shell's child, the shell
+// reports it as exit status 137. The exec is oom: the sandbox's OOM kill
+// count grew while it ran, whatever process of its tree was the victim.
+func TestOOMShellChild(t *testing.T) {
+	testutil.RequiresRoot(t)
+	base := "/sys/fs/cgroup/memory"
+	if _, err := os.Stat(filepath.Join(base, "memory.oom_control")); err != nil {
+		t.Skip("requires the cgroup v1 memory controller")
+	}
+	cg, err := os.MkdirTemp(base, "airlock-agent-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for range 50 {
+			if err := os.Remove(cg); err == nil || os.IsNotExist(err) {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Errorf("cgroup %s left behind", cg)
+	})
+	writeFile(t, filepath.Join(cg, "memory.limit_in_bytes"), "16777216")
+	if _, err := os.Stat(filepath.Join(cg, "memory.memsw.limit_in_bytes")); err == nil {
+		writeFile(t, filepath.Join(cg, "memory.memsw.limit_in_bytes"), "16777216")
+	}
+	e := newEnv(t, func(c *agent.Config) { c.OOMCounterFile = filepath.Join(cg, "memory.oom_control") })
+	got := e.run(agentproto.ExecRequest{User: "root", TimeoutMS: 20000,
+		Shell: fmt.Sprintf(`echo $$ > %s/cgroup.procs; sh -c 'x=$(head -c 200000000 /dev/zero | tr "\0" x); echo survived'; st=$?; echo "child status $st"; exit $st`, cg)})
+	if got.result.Status != agentproto.StatusOOM || got.result.ExitCode != 137 || got.stdout.String() != "child status 137\n" {
+		t.Fatalf("result %+v stdout %q stderr %q", got.result, got.stdout.String(), got.stderr.String())
+	}
+}
+
+// TestOOMJudgement: with a counter file the test controls, an exec is oom
+// only when the count grew while it ran and it ended as an OOM-killed
+// process does (SIGKILL, or 137 from a shell); a kill -9 or an exit 137
+// without an OOM kill, and an exec that exits otherwise while one happens
+// (another exec's process may have been the victim), keep their status.
+func TestOOMJudgement(t *testing.T) {
+	counter := filepath.Join(t.TempDir(), "memory.events")
+	writeFile(t, counter, "oom 0\noom_kill 0\n")
+	os.Chmod(filepath.Dir(counter), 0o777)
+	os.Chmod(counter, 0o666)
+	e := newEnv(t, func(c *agent.Config) { c.OOMCounterFile = counter })
+	n := 0
+	bump := func() string {
+		n++
+		return fmt.Sprintf(`sleep 0.05; printf 'oom %d\noom_kill %d\n' > %s; `, n, n, counter)
+	}
+	tests := []struct {
+		name   string
+		shell  string
+		status string
+		code   int
+	}{
+		{"exit_137_no_kill", `exit 137`, "exited", 137},
+		{"sigkill_no_kill", `kill -9 $$`, "exited", 137},
+		{"exit_137_with_kill", bump() + `exit 137`, "oom", 137},
+		{"sigkill_with_kill", bump() + `kill -9 $$`, "oom", 137},
+		{"exit_1_with_kill", bump() + `exit 1`, "exited", 1},
+		{"exit_0_with_kill", bump() + `exit 0`, "exited", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := e.run(agentproto.ExecRequest{Shell: tt.shell})
+			if got.result.Status != tt.status || got.result.ExitCode != tt.code {
+				t.Fatalf("result %+v (stderr %q), want %s %d", got.result, got.stderr.String(), tt.status, tt.code)
+			}
+		})
 	}
 }

@@ -42,7 +42,7 @@ func TestParseSignal(t *testing.T) {
 }
 
 func drainLog(l *outLog, c *outCursor, max int64) (string, []piece, bool) {
-	pieces, closed, _ := l.read(c, max, nil)
+	pieces, closed, _, _ := l.read(c, max, nil)
 	var b strings.Builder
 	for _, p := range pieces {
 		b.Write(p.data)
@@ -65,21 +65,27 @@ func TestOutLog(t *testing.T) {
 	if got, pieces, _ := drainLog(l, c, 1<<20); got != "Z" || pieces[0].off != 7 {
 		t.Fatalf("growth: %q %+v", got, pieces)
 	}
-	// Past the cap: kept up to 10 bytes, counted in full.
+	// Past the cap of a stream (10 each: head 5, tail 5): its head and
+	// tail are kept, the middle dropped and counted; the other stream
+	// keeps all of its own.
 	l.write("stdout", []byte("12345"))
-	l.close()
-	got, _, closed = drainLog(l, c, 1<<20)
-	if got != "12" || !closed {
-		t.Fatalf("capped: %q closed %v", got, closed)
+	l.write("stdout", []byte("6789"))
+	if _, _, capped, _ := l.read(&outCursor{pos: 1000}, 8, nil); !capped {
+		t.Fatal("a stream past its cap is not reported capped")
 	}
-	out, errb, trunc := l.stats()
-	if out != 10 || errb != 3 || !trunc {
-		t.Fatalf("stats %d %d %v", out, errb, trunc)
+	l.close()
+	got, pieces, closed = drainLog(l, c, 1<<20)
+	if got != "56789" || !closed || pieces[0].off != 12 {
+		t.Fatalf("capped: %q %+v closed %v", got, pieces, closed)
+	}
+	st := l.stats()
+	if st.stdout != 14 || st.stderr != 3 || !st.truncated || st.stdoutDropped != 4 || st.stderrDropped != 0 {
+		t.Fatalf("stats %+v", st)
 	}
 	// Pieces are split at max.
 	c2 := &outCursor{}
-	if _, pieces, _ := drainLog(l, c2, 2); len(pieces) != 6 {
-		t.Fatalf("split into %d pieces", len(pieces))
+	if _, pieces, _ := drainLog(l, c2, 2); len(pieces) != 8 {
+		t.Fatalf("split into %d pieces: %+v", len(pieces), pieces)
 	}
 	// A cursor past the end gets nothing.
 	if got, _, closed := drainLog(l, &outCursor{pos: 50}, 8); got != "" || !closed {

@@ -1,58 +1,39 @@
 package agent
 
 import (
-	"sort"
 	"sync"
+
+	"github.com/airlockhq/airlock/internal/agentproto"
 )
 
-// chunk is one read of a process's output, placed in the combined log.
-type chunk struct {
-	stream string
-	off    int64 // offset of the first byte in the log
-	n      int64
-}
-
 // outLog is an exec's combined output log: stdout and stderr (or the PTY)
-// appended in the order they were read, each byte at a fixed offset, kept up
-// to a cap. Output past the cap is counted and discarded, so a chatty process
-// never blocks on a full pipe. Readers attach at any offset and follow.
+// in the order they were read, each byte at a fixed offset. Each stream
+// keeps its head and its tail under the exec's cap (agentproto.OutputLog);
+// the bytes in between are counted and discarded, so a chatty process
+// never blocks on a full pipe and its last words are kept. Readers attach
+// at any offset and follow.
 type outLog struct {
-	mu        sync.Mutex
-	buf       []byte // the log; bytes once written never change
-	chunks    []chunk
-	max       int64
-	truncated bool
-	counts    map[string]int64 // all bytes read per stream, also discarded ones
-	closed    bool             // no more output will come
-	notify    chan struct{}    // closed and replaced on every change
+	mu     sync.Mutex
+	log    *agentproto.OutputLog
+	next   int64         // offset of the next byte read
+	closed bool          // no more output will come
+	notify chan struct{} // closed and replaced on every change
+	done   chan struct{} // closed by close
 }
 
 func newOutLog(max int64) *outLog {
-	return &outLog{max: max, counts: make(map[string]int64, 2), notify: make(chan struct{})}
+	return &outLog{log: agentproto.NewOutputLog(max), notify: make(chan struct{}), done: make(chan struct{})}
 }
 
 // write appends p read from stream; p is copied.
 func (l *outLog) write(stream string, p []byte) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.counts[stream] += int64(len(p))
-	room := l.max - int64(len(l.buf))
-	if room <= 0 {
-		l.truncated = true
+	if len(p) == 0 {
 		return
 	}
-	if int64(len(p)) > room {
-		p = p[:room]
-		l.truncated = true
-	}
-	off := int64(len(l.buf))
-	if n := len(l.chunks); n > 0 && l.chunks[n-1].stream == stream {
-		// Adjacent output of one stream is one chunk: fewer events.
-		l.chunks[n-1].n += int64(len(p))
-	} else {
-		l.chunks = append(l.chunks, chunk{stream: stream, off: off, n: int64(len(p))})
-	}
-	l.buf = append(l.buf, p...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.log.Add(stream, l.next, p)
+	l.next += int64(len(p))
 	close(l.notify)
 	l.notify = make(chan struct{})
 }
@@ -66,13 +47,25 @@ func (l *outLog) close() {
 	}
 	l.closed = true
 	close(l.notify)
+	close(l.done)
 }
 
-// stats returns the per-stream byte counts and the truncated flag.
-func (l *outLog) stats() (stdout, stderr int64, truncated bool) {
+// outStats is what the result says about the output.
+type outStats struct {
+	stdout, stderr               int64 // all bytes read, also dropped ones; PTY output is stdout
+	stdoutDropped, stderrDropped int64
+	truncated                    bool
+}
+
+func (l *outLog) stats() outStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.counts["stdout"] + l.counts["pty"], l.counts["stderr"], l.truncated
+	o, p, e := l.log.Stats(agentproto.StreamStdout), l.log.Stats(agentproto.StreamPTY), l.log.Stats(agentproto.StreamStderr)
+	return outStats{
+		stdout: o.Added + p.Added, stderr: e.Added,
+		stdoutDropped: o.Dropped + p.Dropped, stderrDropped: e.Dropped,
+		truncated: l.log.Dropped(),
+	}
 }
 
 // piece is output handed to a reader; data aliases the log, which never
@@ -85,43 +78,29 @@ type piece struct {
 
 // outCursor is a reader's position in an outLog.
 type outCursor struct {
-	pos    int64 // next offset to deliver
-	idx    int   // index of the chunk holding pos (or len(chunks))
-	seeked bool
+	pos int64 // next offset to deliver
 }
 
 // read returns the output from the cursor on that the log holds now, in
-// pieces of at most max bytes, and advances the cursor. If the cursor falls
-// inside a chunk, the tail of that chunk comes first. closed reports that no
-// more output will come after these pieces; changed is closed on the next
-// change of the log.
-func (l *outLog) read(c *outCursor, max int64, pieces []piece) (_ []piece, closed bool, changed <-chan struct{}) {
+// pieces of at most max bytes, and advances the cursor; output that was
+// dropped is skipped (the next piece's offset says where it resumes).
+// closed reports that no more output will come after these pieces; changed
+// is closed on the next change of the log; capped that output was dropped,
+// so a follower should pace itself (agentproto.FollowInterval).
+func (l *outLog) read(c *outCursor, max int64, pieces []piece) (_ []piece, closed, capped bool, changed <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !c.seeked {
-		c.seeked = true
-		c.idx = sort.Search(len(l.chunks), func(i int) bool { return l.chunks[i].off+l.chunks[i].n > c.pos })
-	}
-	for ; c.idx < len(l.chunks); c.idx++ {
-		ch := l.chunks[c.idx]
-		end := ch.off + ch.n
-		for start := max64(ch.off, c.pos); start < end; {
-			n := min(end-start, max)
-			pieces = append(pieces, piece{stream: ch.stream, off: start, data: l.buf[start : start+n : start+n]})
-			start += n
-			c.pos = start
-		}
-		if c.idx == len(l.chunks)-1 {
-			// The last chunk can still grow: stay on it.
+	for {
+		p, ok := l.log.Next(c.pos, max)
+		if !ok {
 			break
 		}
+		pieces = append(pieces, piece{stream: p.Stream, off: p.Off, data: p.Data})
+		c.pos = p.End()
 	}
-	return pieces, l.closed, l.notify
-}
-
-func max64(a, b int64) int64 {
-	if a > b {
-		return a
+	if c.pos < l.next && l.closed {
+		// Nothing more is kept: the reader is at the end.
+		c.pos = l.next
 	}
-	return b
+	return pieces, l.closed, l.log.Dropped(), l.notify
 }

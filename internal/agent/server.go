@@ -418,19 +418,45 @@ func (s *Server) streamEvents(ctx context.Context, st stream, fr *agentproto.Fra
 	defer stop()
 	cur := outCursor{pos: from}
 	var pieces []piece
+	var pace *time.Timer
+	defer func() {
+		if pace != nil {
+			pace.Stop()
+		}
+	}()
 	for {
-		var closed bool
+		var closed, capped bool
 		var changed <-chan struct{}
-		pieces, closed, changed = e.log.read(&cur, agentproto.DataChunk, pieces[:0])
+		pieces, closed, capped, changed = e.log.read(&cur, agentproto.DataChunk, pieces[:0])
+		sent := 0
 		for _, p := range pieces {
 			if err := fw.WriteOutput(p.stream, p.off, p.data); err != nil {
 				return
 			}
+			sent += len(p.data)
 		}
 		if closed {
 			res := e.resultNow()
 			_ = fw.WriteJSON(&agentproto.Event{Type: agentproto.EventExit, Offset: cur.pos, Result: &res})
 			return
+		}
+		if capped {
+			// Past the cap the log keeps only a tail: send what it holds
+			// at a bounded pace (or at the end), not each write.
+			wait := max(agentproto.FollowInterval, time.Duration(sent)*time.Second/agentproto.FollowRate)
+			if pace == nil {
+				pace = time.NewTimer(wait)
+			} else {
+				pace.Reset(wait)
+			}
+			select {
+			case <-pace.C:
+			case <-e.log.done:
+			case <-gone:
+				return
+			case <-ctx.Done():
+				return
+			}
 		}
 		select {
 		case <-changed:

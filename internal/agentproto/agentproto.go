@@ -74,6 +74,19 @@ const (
 	OpWatch     Op = "watch"
 )
 
+// EndedBySIGKILL reports whether an exec ended the way a process the
+// kernel's OOM killer chose ends: killed by SIGKILL, or exited with 137
+// (128+SIGKILL), which is how a shell reports a child killed so. Both the
+// agent and the daemon call an exec StatusOOM when it ended so and the
+// sandbox's OOM kill count grew while it ran. The count does not say whose
+// process was killed: an exec that ends otherwise (exits 0, 1, …) keeps
+// its status even if another exec of the sandbox was OOM-killed meanwhile,
+// and two execs that both end by SIGKILL while one kill happened are both
+// reported StatusOOM.
+func EndedBySIGKILL(r ExecResult) bool {
+	return r.Signal == "SIGKILL" || (r.Signal == "" && r.ExitCode == 128+9)
+}
+
 // Exec statuses. StatusRunning is the only non-final one.
 const (
 	StatusRunning = "running"
@@ -105,13 +118,26 @@ const (
 	FileTypeOther   = "other"
 )
 
-// Limits on exec output kept by the agent.
+// Limits on exec output kept by the agent, per stream (see OutputLog).
 const (
-	// DefaultMaxOutputBytes is the output log cap when a request gives none.
+	// DefaultMaxOutputBytes is the per-stream output cap when a request
+	// gives none.
 	DefaultMaxOutputBytes = 1 << 20
 	// HardMaxOutputBytes bounds what a request may ask for: the log lives in
 	// the agent's memory, which is charged to the sandbox.
 	HardMaxOutputBytes = 64 << 20
+)
+
+// FollowInterval and FollowRate pace a follower of an exec whose output
+// went past its cap: it is woken at most every FollowInterval, and no more
+// often than what it was sent takes at FollowRate (bytes per second). A
+// flood then reaches the daemon as samples of what the tails hold, instead
+// of at the speed the sandbox writes (the daemon's CPU is shared by every
+// sandbox), while a long log that merely outgrew the cap still streams
+// nearly live. Output under the cap is sent at once.
+const (
+	FollowInterval = 250 * time.Millisecond
+	FollowRate     = 8 << 20
 )
 
 // DefaultUser is the user that runs execs and file operations when a request
@@ -170,7 +196,8 @@ type ExecRequest struct {
 	// StdinOpen keeps stdin open after Stdin for OpStdin writes; otherwise
 	// stdin is closed once Stdin is written.
 	StdinOpen bool `json:"stdin_open,omitempty"`
-	// MaxOutputBytes caps the combined output log (0: DefaultMaxOutputBytes).
+	// MaxOutputBytes caps what the output log keeps of each stream: its
+	// first half and its last half (0: DefaultMaxOutputBytes).
 	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
 	// PTY runs the process on a pseudo-terminal of this size when set.
 	PTY *PTYSize `json:"pty,omitempty"`
@@ -202,21 +229,32 @@ type ExecResult struct {
 	ID     string `json:"id"`
 	Status string `json:"status"`
 	// ExitCode is the exit status; for a process killed by a signal it is
-	// 128+signal number, as shells report it; -1 when the process never ran.
+	// 128+signal number, as shells report it. For a command that could not
+	// start (StatusError) it is 127 when the executable was not found, 126
+	// when it was found but could not be run, as a shell reports them, and
+	// -1 otherwise.
 	ExitCode int `json:"exit_code"`
 	// Signal names the signal that killed the process ("SIGKILL"), if any.
 	Signal string `json:"signal,omitempty"`
-	// Truncated is set when output went past the exec's MaxOutputBytes.
-	Truncated bool      `json:"truncated"`
-	StartedAt time.Time `json:"started_at"`
-	EndedAt   time.Time `json:"ended_at"`
+	// Truncated is set when a stream went past the exec's MaxOutputBytes
+	// and bytes between its head and its tail were dropped.
+	Truncated bool `json:"truncated"`
+	// StdoutDropped and StderrDropped count the dropped bytes (PTY output
+	// counts as stdout).
+	StdoutDropped int64     `json:"stdout_dropped,omitempty"`
+	StderrDropped int64     `json:"stderr_dropped,omitempty"`
+	StartedAt     time.Time `json:"started_at"`
+	EndedAt       time.Time `json:"ended_at"`
 	// DurationMS is EndedAt-StartedAt in milliseconds.
 	DurationMS int64 `json:"duration_ms"`
 	// StdoutBytes and StderrBytes count all output, also the discarded part;
 	// PTY output counts as stdout.
 	StdoutBytes int64 `json:"stdout_bytes"`
 	StderrBytes int64 `json:"stderr_bytes"`
-	// Error says why the process could not start (StatusError).
+	// Error says why the process could not start (StatusError, the only
+	// status the agent gives a command that did not run): the executable
+	// was not found or could not be run, the process could not be made.
+	// An unknown user or a missing cwd is not an exec: the request fails.
 	Error string `json:"error,omitempty"`
 }
 
@@ -232,6 +270,8 @@ type ExecInfo struct {
 	EndedAt   time.Time `json:"ended_at,omitzero"`
 	// Pid is the main process's pid in the sandbox (0 if it never started).
 	Pid int `json:"pid"`
+	// MaxOutputBytes is the exec's per-stream output cap.
+	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
 }
 
 // FileInfo describes a file in the sandbox.

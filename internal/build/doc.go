@@ -1,7 +1,9 @@
 // Package build makes templates: it parses the build spec (a Dockerfile subset), runs each step in a build sandbox of airlock's own driver, caches the resulting layers by their inputs, imports OCI images and keeps the catalog of template versions.
 //
 // A build turns FROM into the parent's layers, then walks the steps. ENV,
-// WORKDIR and USER only change the state later steps run with. RUN and COPY
+// WORKDIR and USER only change the state later steps run with (and, kept in
+// the version's config, the env and the default cwd and user of the
+// template's sandboxes' execs). RUN and COPY
 // each make one layer: the builder computes the layer's key from the parent
 // layer, the instruction, its inputs (the files COPY reads) and the state,
 // and reuses the layer when the store has it. Otherwise it creates a build

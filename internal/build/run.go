@@ -444,6 +444,11 @@ func (b *Builder) runStep(ctx context.Context, sb *buildSandbox, in Instruction,
 		req.Argv = []string{"/bin/sh", "-c", in.Shell}
 	}
 	res, err := sb.exec(ctx, req, w)
+	var refused *agentproto.Error
+	if err != nil && errdefs.IsInvalidArgument(err) && errors.As(err, &refused) {
+		// USER names no user of the image, WORKDIR is not a directory.
+		return errors.New("the command could not start: " + refused.Message)
+	}
 	if err != nil {
 		return fmt.Errorf("running the command: %w", err)
 	}

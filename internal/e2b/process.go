@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -151,6 +152,10 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	}
 	user := userOf(req.Header())
 	ereq := api.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: cfg.GetEnvs(), User: user}
+	if !namesUser(req.Header()) {
+		// No user named: the template's USER, as envd's default user.
+		ereq.User = ""
+	}
 	if cfg.Cwd != nil && cfg.GetCwd() != "" {
 		cwd, err := resolvePath(cfg.GetCwd(), user)
 		if err != nil {
@@ -249,9 +254,17 @@ func (h *Handler) follow(ctx context.Context, p *proc, sub *manager.Subscription
 	}
 }
 
+// namesUser reports whether a request names its user (Basic auth, as the
+// SDKs send it); userOf gives the default user otherwise.
+func namesUser(hdr http.Header) bool {
+	scheme, _, ok := strings.Cut(hdr.Get("Authorization"), " ")
+	return ok && strings.EqualFold(scheme, "Basic")
+}
+
 // endEvent describes an exec's end the way envd does: a process that exited
 // has its code and "exit status N"; one that was killed has exit code -1
-// and "signal: …".
+// and "signal: …"; one that could not start has its error, and the code a
+// shell would give (127 not found, 126 not runnable) when there is one.
 func endEvent(res *api.ExecResult) *pb.ProcessEvent_EndEvent {
 	e := &pb.ProcessEvent_EndEvent{ExitCode: -1}
 	if res == nil {
@@ -262,6 +275,11 @@ func endEvent(res *api.ExecResult) *pb.ProcessEvent_EndEvent {
 	case res.Status == api.ExecExited && res.ExitCode != nil:
 		e.ExitCode, e.Exited = int32(*res.ExitCode), true
 		e.Status = fmt.Sprintf("exit status %d", *res.ExitCode)
+	case res.Status == api.ExecError:
+		if res.ExitCode != nil {
+			e.ExitCode = int32(*res.ExitCode)
+		}
+		e.Status = "error"
 	default:
 		sig := strings.ToLower(strings.TrimPrefix(res.Signal, "SIG"))
 		if sig == "" || sig == "kill" {

@@ -100,8 +100,10 @@ func (m *Manager) StartCodeProcess(ctx context.Context, p auth.Principal, id str
 	maps.Copy(env, sb.env)
 	maps.Copy(env, sb.secrets)
 	maps.Copy(env, spec.Env)
+	// As the template's USER in its WORKDIR, like an exec naming neither.
+	user, cwd := sb.execDefaults("", spec.Cwd)
 	areq := agentproto.ExecRequest{
-		ID: codeExecPrefix + spec.ID, Argv: spec.Argv, Cwd: spec.Cwd, Env: env, User: agentproto.DefaultUser,
+		ID: codeExecPrefix + spec.ID, Argv: spec.Argv, Cwd: cwd, Env: env, User: user,
 		StdinOpen: true, MaxOutputBytes: codeLogBytes,
 	}
 	// The process outlives this request: its stream hangs off the
@@ -111,6 +113,12 @@ func (m *Manager) StartCodeProcess(ctx context.Context, p auth.Principal, id str
 	clear(env)
 	if err != nil {
 		cancel()
+		var refused *agentproto.Error
+		if errdefs.IsInvalidArgument(err) && errors.As(err, &refused) {
+			// A cwd that is not a directory (or a template USER the
+			// sandbox lacks): the request's to change, not a kernel fault.
+			return nil, public(errInvalid, "%s", sb.red.redactString(agentText(refused.Message, 200)))
+		}
 		return nil, fmt.Errorf("starting code process: %w", err)
 	}
 	cp := &CodeProcess{m: m, sb: sb, id: areq.ID, c: c, cancel: cancel, done: make(chan struct{})}
@@ -135,7 +143,7 @@ func (m *Manager) StartCodeProcess(ctx context.Context, p auth.Principal, id str
 		// The bridge holds the FIFO open for writing, so this open does not
 		// block, and the stream ends when the bridge exits.
 		var r io.ReadCloser
-		r, _, err = c.ReadFile(pctx, spec.FIFO, agentproto.DefaultUser)
+		r, _, err = c.ReadFile(pctx, spec.FIFO, user)
 		if err == nil {
 			cp.events = &closingReader{r: r}
 		}

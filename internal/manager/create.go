@@ -62,6 +62,37 @@ type spec struct {
 	// backend (every sandbox of a daemon with one); sandboxes of a daemon
 	// without it have their runtime's own, which nothing can change.
 	NetNS bool `json:"netns,omitempty"`
+	// Workdir and User are the template's WORKDIR and USER: the cwd and
+	// user of an exec, PTY or code context that names none.
+	Workdir string `json:"workdir,omitempty"`
+	User    string `json:"user,omitempty"`
+}
+
+// execDefaults fills in the user and cwd of an exec that names none: the
+// template's USER and WORKDIR (as docker exec does), else the default
+// user, whose home the agent picks ("" cwd).
+func (sb *sandbox) execDefaults(user, cwd string) (string, string) {
+	if user == "" {
+		user = sb.tmplUser
+	}
+	if user == "" {
+		user = agentproto.DefaultUser
+	}
+	if cwd == "" {
+		cwd = sb.tmplWorkdir
+	}
+	return user, cwd
+}
+
+// setExecDefaults takes the template's WORKDIR and USER from the stored
+// spec; values that an exec request could not name are ignored.
+func (sb *sandbox) setExecDefaults(sp spec) {
+	if userRE.MatchString(sp.User) {
+		sb.tmplUser = sp.User
+	}
+	if strings.HasPrefix(sp.Workdir, "/") && !strings.ContainsRune(sp.Workdir, 0) {
+		sb.tmplWorkdir = sp.Workdir
+	}
 }
 
 // CreateResult is a created (or, for an idempotent retry, found) sandbox.
@@ -114,6 +145,8 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	// the policy allows registries; the template's and the request's own
 	// variables win.
 	sp.Env = mergeEnv(m.PackageEnv(sp.Network), sp.Env)
+	// Its WORKDIR and USER are the execs' defaults, kept with the spec too.
+	sp.Workdir, sp.User = resolved.Config.Workdir, resolved.Config.User
 	var idem *store.Idempotency
 	if idemKey != "" {
 		if !idempotencyRE.MatchString(idemKey) {
@@ -144,6 +177,7 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		secrets: envSecrets(sp, req.Secrets), env: sp.Env, red: newRedactor(req.Secrets),
 		execs: map[string]*execTracker{}, gone: make(chan struct{}),
 	}
+	sb.setExecDefaults(sp)
 
 	sb.resOnce.Do(func() { sb.res = sp.Resources })
 	quota, _, err := m.quotaOf(ctx, p.Tenant)

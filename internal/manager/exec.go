@@ -116,11 +116,10 @@ func (m *Manager) validateExec(req api.ExecRequest) (agentproto.ExecRequest, err
 		}
 		a.Cwd = req.Cwd
 	}
+	// An empty user is the sandbox's default (the template's USER, else
+	// agentproto.DefaultUser), chosen by Exec.
 	a.User = req.User
-	if a.User == "" {
-		a.User = agentproto.DefaultUser
-	}
-	if !userRE.MatchString(a.User) {
+	if a.User != "" && !userRE.MatchString(a.User) {
 		return a, public(errInvalid, "user %q is not a valid user name", truncate(a.User, 32))
 	}
 	for k, v := range req.Env {
@@ -179,6 +178,9 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 		// Create itself runs the template's start command: not the
 		// tenant's exec, and not to be refused for its rate.
 	}
+	// The template's WORKDIR and USER are the defaults, as in docker exec;
+	// the request's own values win.
+	areq.User, areq.Cwd = sb.execDefaults(areq.User, areq.Cwd)
 	areq.ID = auth.RandomID("ex_", 15)
 	areq.StdinOpen = opts.StdinOpen
 	if req.PTY {
@@ -211,6 +213,7 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 		rec.Shell = &masked
 	}
 	t := newTracker(m, sb, rec, time.Duration(areq.TimeoutMS)*time.Millisecond)
+	t.out = agentproto.NewOutputLog(areq.MaxOutputBytes)
 	// The OOM kill count around the exec's start: if it grew when the exec
 	// died by SIGKILL, the kernel killed it for memory. Sampled alongside
 	// the start (it reads cgroup files) rather than before it: a process
@@ -243,6 +246,20 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 		return err
 	})
 	clear(areq.Env)
+	var refused *agentproto.Error
+	if err != nil && errdefs.IsInvalidArgument(err) && errors.As(err, &refused) {
+		// The agent refused the request (an unknown user, a cwd that is
+		// not a directory): the caller's mistake, 400. The record says
+		// the exec never ran.
+		cancel()
+		msg := sb.red.redactString(agentText(refused.Message, 200))
+		end := m.now().UTC()
+		rec.Status, rec.EndedAt, rec.Error, rec.ErrorCode = api.ExecError, &end, msg, api.ExecCodeExecFailed
+		if ferr := m.store.FinishExec(context.WithoutCancel(ctx), rec, nil); ferr != nil {
+			m.log.Warn("recording refused exec", "sandbox_id", sb.id, "exec_id", rec.ID, "err", ferr)
+		}
+		return nil, public(errInvalid, "%s", msg)
+	}
 	if err != nil {
 		cancel()
 		end := m.now().UTC()
@@ -304,8 +321,8 @@ type execTracker struct {
 
 	mu      sync.Mutex
 	rec     store.Exec
-	events  []chunk // redacted, in offset order
-	nextOff int64   // offset after the last byte received
+	out     *agentproto.OutputLog // redacted; each stream's head and tail, under the exec's cap
+	nextOff int64                 // offset after the last byte received
 	result  *api.ExecResult
 	notify  chan struct{} // closed and replaced on every change
 	done    chan struct{}
@@ -314,7 +331,16 @@ type execTracker struct {
 func newTracker(m *Manager, sb *sandbox, rec store.Exec, timeout time.Duration) *execTracker {
 	return &execTracker{
 		m: m, sb: sb, id: rec.ID, rec: rec, timeout: timeout,
+		out:    agentproto.NewOutputLog(min(m.settings.MaxExecOutputBytes, agentproto.HardMaxOutputBytes)),
 		notify: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// setOutputCap sets the per-stream cap of an exec followed again after a
+// daemon restart (the agent's listing says it); call before run.
+func (t *execTracker) setOutputCap(n int64) {
+	if n > 0 {
+		t.out = agentproto.NewOutputLog(min(n, agentproto.HardMaxOutputBytes))
 	}
 }
 
@@ -324,7 +350,9 @@ func (t *execTracker) emit(cs []chunk) {
 		return
 	}
 	t.mu.Lock()
-	t.events = append(t.events, cs...)
+	for _, c := range cs {
+		t.out.Add(c.stream, c.off, c.data)
+	}
 	close(t.notify)
 	t.notify = make(chan struct{})
 	t.mu.Unlock()
@@ -528,7 +556,9 @@ func (t *execTracker) finishLocal(status, code, why string) {
 }
 
 // execCode is the error code of an exec that ended with status and no
-// code given by whoever ended it.
+// code given by whoever ended it. Status error comes from the agent only
+// for a command that could not start (agentproto.ExecResult.Error); every
+// other end without a process (a lost agent, a crash) passes its code.
 func execCode(status string) string {
 	switch status {
 	case api.ExecTimeout:
@@ -538,7 +568,7 @@ func execCode(status string) string {
 	case api.ExecKilled:
 		return api.ExecCodeSignaled
 	case api.ExecError:
-		return api.ExecCodeAgentUnavailable
+		return api.ExecCodeExecFailed
 	}
 	return ""
 }
@@ -548,8 +578,14 @@ func execCode(status string) string {
 func (t *execTracker) finish(res agentproto.ExecResult, code string) {
 	m, sb := t.m, t.sb
 	status := res.Status
-	if status == api.ExecExited && res.Signal == "SIGKILL" && t.oomKnown {
-		// The agent could not tell (no cgroup view inside): the host can.
+	if code == "" && status == api.ExecError && res.StartedAt.IsZero() {
+		// Not the agent's word on a start (it always stamps one): the
+		// stand-in for an exit event without a result.
+		code = api.ExecCodeAgentUnavailable
+	}
+	if status == api.ExecExited && agentproto.EndedBySIGKILL(res) && t.oomKnown {
+		// The agent could not tell (no cgroup view inside): the host can,
+		// by the same rule (agentproto.EndedBySIGKILL).
 		if oomKills := oomCounterOf(sb.drv); oomKills != nil {
 			ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
 			if n, err := oomKills(ctx, sb.id); err == nil && n > t.oomBase {
@@ -571,12 +607,25 @@ func (t *execTracker) finish(res agentproto.ExecResult, code string) {
 		rec.Cwd = home
 	}
 	rec.Status = status
-	if res.ExitCode >= 0 && status != api.ExecError {
-		c := res.ExitCode
+	if code == "" {
+		code = execCode(status)
+	}
+	if res.ExitCode >= 0 && (status != api.ExecError || code == api.ExecCodeExecFailed) {
+		// A command that could not start has the code a shell gives it
+		// (127, 126) when the agent gave one.
+		c := min(res.ExitCode, 255)
 		rec.ExitCode = &c
 	}
-	rec.Signal, rec.Truncated = res.Signal, res.Truncated
-	rec.StdoutBytes, rec.StderrBytes = res.StdoutBytes, res.StderrBytes
+	rec.Signal = res.Signal
+	// What was dropped: everything the agent counted (or, without its
+	// word, received) that this log does not hold; the log holds the
+	// agent's head and tail, with the exec's cap.
+	o, p, e := t.out.Stats(agentproto.StreamStdout), t.out.Stats(agentproto.StreamPTY), t.out.Stats(agentproto.StreamStderr)
+	rec.StdoutBytes = max(res.StdoutBytes, o.Added+p.Added)
+	rec.StderrBytes = max(res.StderrBytes, e.Added)
+	rec.StdoutDropped = rec.StdoutBytes - (o.Kept + p.Kept)
+	rec.StderrDropped = rec.StderrBytes - e.Kept
+	rec.Truncated = res.Truncated || rec.StdoutDropped > 0 || rec.StderrDropped > 0
 	end := res.EndedAt
 	if end.IsZero() {
 		end = m.now().UTC()
@@ -590,12 +639,9 @@ func (t *execTracker) finish(res agentproto.ExecResult, code string) {
 	}
 	end = end.UTC()
 	rec.EndedAt = &end
-	rec.Error = sb.red.redactString(res.Error)
-	if code == "" {
-		code = execCode(status)
-	}
+	rec.Error = sb.red.redactString(agentText(res.Error, 500))
 	rec.ErrorCode = code
-	events := encodeEvents(t.events)
+	events := encodeEvents(piecesToChunks(t.out.Pieces()))
 	// The result becomes visible at once with done, so that whoever sees
 	// the exec ended also finds it ended everywhere (stdin, signal).
 	t.rec = rec
@@ -683,27 +729,28 @@ func (t *execTracker) view(withOutput bool) api.ExecResult {
 	if !withOutput || rec.EndedAt == nil {
 		return buildResult(rec, nil, false)
 	}
-	return buildResult(rec, t.events, true)
+	return buildResult(rec, t.out, true)
 }
 
-// buildResult turns a record (and its events) into the API's result.
-func buildResult(rec store.Exec, events []chunk, withOutput bool) api.ExecResult {
+// buildResult turns a record (and its output) into the API's result.
+func buildResult(rec store.Exec, output *agentproto.OutputLog, withOutput bool) api.ExecResult {
 	r := api.ExecResult{
 		ID: rec.ID, SandboxID: rec.SandboxID, Cmd: rec.Argv, Shell: rec.Shell, User: rec.User, Cwd: rec.Cwd,
 		ExitCode: rec.ExitCode, Signal: rec.Signal, Status: rec.Status, Truncated: rec.Truncated,
 		DurationMS: rec.DurationMS, StartedAt: rec.StartedAt, EndedAt: rec.EndedAt, Error: rec.Error,
-		ErrorCode: rec.ErrorCode,
+		ErrorCode: rec.ErrorCode, StdoutDroppedBytes: rec.StdoutDropped, StderrDroppedBytes: rec.StderrDropped,
 	}
 	if !withOutput {
 		return r
 	}
 	var out, errb []byte
-	for _, c := range events {
-		if c.stream == agentproto.StreamStderr {
-			errb = append(errb, c.data...)
-		} else {
-			out = append(out, c.data...)
+	if output != nil {
+		// An exec has a PTY or pipes, never both: stdout is one of them.
+		out, _ = output.Stream(agentproto.StreamStdout)
+		if pty, _ := output.Stream(agentproto.StreamPTY); len(pty) > 0 {
+			out = append(out, pty...)
 		}
+		errb, _ = output.Stream(agentproto.StreamStderr)
 	}
 	so, se := string(out), string(errb)
 	if !utf8.Valid(out) || !utf8.Valid(errb) {
@@ -727,11 +774,12 @@ type Event struct {
 	Result *api.ExecResult
 }
 
-// Subscription follows an exec's events from an offset.
+// Subscription follows an exec's events from an offset. Output that was
+// dropped under the cap before the subscriber read it is skipped: the next
+// event's offset says where the output resumes.
 type Subscription struct {
 	t        *execTracker
 	next     int64
-	idx      int
 	sentExit bool
 }
 
@@ -751,20 +799,10 @@ func (s *Subscription) Next(ctx context.Context, idle time.Duration) (ev Event, 
 	for {
 		t := s.t
 		t.mu.Lock()
-		for s.idx < len(t.events) && t.events[s.idx].off+int64(len(t.events[s.idx].data)) <= s.next {
-			s.idx++
-		}
-		if s.idx < len(t.events) {
-			c := t.events[s.idx]
-			data := c.data
-			off := c.off
-			if off < s.next {
-				data, off = data[s.next-off:], s.next
-			}
-			s.next = off + int64(len(data))
-			s.idx++
+		if p, ok := t.out.Next(s.next, 0); ok {
+			s.next = p.End()
 			t.mu.Unlock()
-			return Event{Type: agentproto.EventOutput, Stream: c.stream, Offset: off, Data: data}, true, nil
+			return Event{Type: agentproto.EventOutput, Stream: p.Stream, Offset: p.Off, Data: p.Data}, true, nil
 		}
 		if t.result != nil {
 			res := *t.result
@@ -825,7 +863,11 @@ func (m *Manager) findExec(ctx context.Context, p auth.Principal, id, eid string
 		return nil, nil, fmt.Errorf("exec %s output: %w", eid, err)
 	}
 	t := newTracker(m, nil, rec, 0)
-	t.events = events
+	// Stored output was capped when it was kept: hold all of it.
+	t.out = agentproto.NewOutputLog(0)
+	for _, c := range events {
+		t.out.Add(c.stream, c.off, c.data)
+	}
 	v := buildResult(rec, nil, false)
 	t.result = &v
 	close(t.done)
@@ -964,6 +1006,35 @@ func (m *Manager) Resize(ctx context.Context, p auth.Principal, id, eid string, 
 		return err
 	}
 	return sb.withAgent(ctx, func(c *agentclient.Client) error { return c.Resize(ctx, t.id, cols, rows) })
+}
+
+func piecesToChunks(ps []agentproto.OutputPiece) []chunk {
+	out := make([]chunk, len(ps))
+	for i, p := range ps {
+		out[i] = chunk{stream: p.Stream, off: p.Off, data: p.Data}
+	}
+	return out
+}
+
+// agentText makes a text the agent sent fit for a record or an error
+// message: valid UTF-8 without control characters, at most n bytes. What
+// the agent says is the sandbox's to forge.
+func agentText(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // Stream ids in encoded event logs.

@@ -200,6 +200,9 @@ type sandbox struct {
 	secrets map[string]string
 	env     map[string]string
 	red     *redactor
+	// tmplUser and tmplWorkdir are the template's USER and WORKDIR, the
+	// defaults of execs (execDefaults); "" when it set none.
+	tmplUser, tmplWorkdir string
 
 	dialMu sync.Mutex
 	client *agentclient.Client

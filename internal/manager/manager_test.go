@@ -191,7 +191,9 @@ func TestValidateExec(t *testing.T) {
 			if err != nil && !errdefs.IsInvalidArgument(err) {
 				t.Fatalf("err %v is not invalid argument", err)
 			}
-			if err == nil && (a.User == "" || a.MaxOutputBytes != agentproto.DefaultMaxOutputBytes) {
+			if err == nil && (a.User != tt.req.User || a.MaxOutputBytes != agentproto.DefaultMaxOutputBytes) {
+				// An empty user stays empty: Exec fills in the sandbox's
+				// default (its template's USER).
 				t.Fatalf("defaults not applied: %+v", a)
 			}
 			if tt.name == "tiny-timeout" && a.TimeoutMS != 1 {

@@ -75,6 +75,7 @@ func (m *Manager) recoverOne(ctx context.Context, rec store.Sandbox) {
 		secrets: envSecrets(sp, secrets), env: sp.Env, red: newRedactor(secrets),
 		execs: map[string]*execTracker{}, gone: make(chan struct{}),
 	}
+	sb.setExecDefaults(sp)
 	switch {
 	case rec.State == api.StateStarting:
 		// The client never got its 201: clean up, and let a retry with the
@@ -188,8 +189,10 @@ func (m *Manager) reattach(ctx context.Context, sb *sandbox, log *slog.Logger) e
 		return err
 	}
 	known := map[string]bool{}
+	caps := map[string]int64{}
 	for _, in := range infos {
 		known[in.ID] = true
+		caps[in.ID] = in.MaxOutputBytes
 	}
 	for _, rec := range recs {
 		if !known[rec.ID] {
@@ -203,6 +206,7 @@ func (m *Manager) reattach(ctx context.Context, sb *sandbox, log *slog.Logger) e
 			continue
 		}
 		t := newTracker(m, sb, rec, 0) // the agent enforces its timeout
+		t.setOutputCap(caps[rec.ID])
 		tctx, tcancel := context.WithCancel(m.ctx)
 		st, err := c.Attach(tctx, rec.ID, 0)
 		if err != nil {

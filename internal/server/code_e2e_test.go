@@ -306,9 +306,11 @@ func TestE2ECodeContexts(t *testing.T) {
 		h.expect(h.req("DELETE", base+"/contexts/ctx_nope", key, nil), http.StatusNotFound, api.CodeNotFound)
 	})
 	t.Run("kernel-cannot-start", func(t *testing.T) {
+		// A cwd that does not exist is the request's mistake (400), not a
+		// kernel that failed.
 		r := h.req("POST", base+"/contexts", key, api.CodeContextRequest{Language: "bash", Cwd: "/no/such/dir"})
-		h.expect(r, http.StatusServiceUnavailable, api.CodeUnavailable)
-		if msg := r.apiErr(t).Message; !strings.Contains(msg, "starting kernel") {
+		h.expect(r, http.StatusBadRequest, api.CodeInvalidArgument)
+		if msg := r.apiErr(t).Message; !strings.Contains(msg, "cwd /no/such/dir") {
 			t.Errorf("message %q", msg)
 		}
 		// The base template has no Jupyter: the error says so.

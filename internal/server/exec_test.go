@@ -254,11 +254,58 @@ func TestExecTimeoutAndOOM(t *testing.T) {
 	if res.Status != api.ExecExited || res.Signal != "SIGKILL" {
 		t.Fatalf("plain SIGKILL: %+v", res)
 	}
-	// Output past the cap is dropped and flagged, the command not blocked.
+	// Output past the cap is dropped and flagged, the command not blocked;
+	// each stream has its own cap, so what comes on stderr after a flood
+	// of stdout is kept, and the stdout kept is its first and last bytes.
 	max := int64(1000)
-	res = h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`head -c 100000 /dev/zero | tr '\0' a; echo done >&2`), MaxOutputBytes: &max})
-	if !res.Truncated || len(strp(res.Stdout))+len(strp(res.Stderr)) > 1000 || res.Status != api.ExecExited {
-		t.Fatalf("cap: truncated=%v stdout=%d bytes status=%s", res.Truncated, len(strp(res.Stdout)), res.Status)
+	res = h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`echo first; head -c 100000 /dev/zero | tr '\0' a; echo last; echo done >&2`), MaxOutputBytes: &max})
+	out := strp(res.Stdout)
+	if !res.Truncated || len(out) != 1000 || !strings.HasPrefix(out, "first\naaa") || !strings.HasSuffix(out, "aaalast\n") ||
+		strp(res.Stderr) != "done\n" || res.Status != api.ExecExited {
+		t.Fatalf("cap: truncated=%v stdout=%d bytes stderr %q status=%s", res.Truncated, len(out), strp(res.Stderr), res.Status)
+	}
+	if res.StdoutDroppedBytes != 6+100000+5-1000 || res.StderrDroppedBytes != 0 {
+		t.Fatalf("dropped %d/%d bytes", res.StdoutDroppedBytes, res.StderrDroppedBytes)
+	}
+	// The record says the same.
+	var got api.ExecResult
+	h.req("GET", "/v1/sandboxes/"+sb.ID+"/execs/"+res.ID, key, nil).json(t, &got)
+	if strp(got.Stdout) != out || got.StdoutDroppedBytes != res.StdoutDroppedBytes || !got.Truncated {
+		t.Fatalf("record: %d bytes, dropped %d", len(strp(got.Stdout)), got.StdoutDroppedBytes)
+	}
+}
+
+// TestExecStartFailures: a command that cannot start is exec_failed with
+// the shell's exit code, an unknown user or a missing cwd a 400; neither is
+// agent_unavailable, which means the platform lost the agent.
+func TestExecStartFailures(t *testing.T) {
+	h := newHarness(t)
+	sb := h.create("acme", api.CreateSandboxRequest{})
+	key := h.key("acme")
+	res := h.exec("acme", sb.ID, api.ExecRequest{Cmd: []string{"nosuchcmd"}})
+	if res.Status != api.ExecError || res.ErrorCode != api.ExecCodeExecFailed || res.ExitCode == nil || *res.ExitCode != 127 ||
+		!strings.Contains(res.Error, "nosuchcmd: executable file not found") {
+		t.Fatalf("nosuchcmd: %+v", res)
+	}
+	for _, req := range []api.ExecRequest{
+		{Cmd: []string{"true"}, User: "nosuchuser"},
+		{Cmd: []string{"true"}, Cwd: "/nonexistent"},
+	} {
+		r := h.req("POST", "/v1/sandboxes/"+sb.ID+"/exec", key, req)
+		h.expect(r, http.StatusBadRequest, api.CodeInvalidArgument)
+		if msg := r.apiErr(t).Message; !strings.Contains(msg, "nosuchuser") && !strings.Contains(msg, "/nonexistent") {
+			t.Fatalf("message %q", msg)
+		}
+	}
+	var list api.ExecList
+	h.req("GET", "/v1/sandboxes/"+sb.ID+"/execs", key, nil).json(t, &list)
+	for _, x := range list.Execs {
+		if x.ErrorCode != api.ExecCodeExecFailed {
+			t.Errorf("record %+v, want exec_failed", x)
+		}
+	}
+	if len(list.Execs) != 3 {
+		t.Errorf("%d records, want 3", len(list.Execs))
 	}
 }
 

@@ -46,10 +46,14 @@ type Exec struct {
 	// Template is the sandbox's template (name:version) when the exec
 	// started, kept so the record still says it after the sandbox is gone.
 	Template string
+	// StdoutDropped and StderrDropped count the bytes of each stream that
+	// went past the exec's output cap and were not kept (between the
+	// stream's head and tail).
+	StdoutDropped, StderrDropped int64
 }
 
 const execCols = `id, sandbox_id, tenant, argv, shell, user, cwd, pty, status, exit_code, signal, truncated,
-	stdout_bytes, stderr_bytes, started_at, ended_at, duration_ms, error, template, error_code`
+	stdout_bytes, stderr_bytes, started_at, ended_at, duration_ms, error, template, error_code, stdout_dropped, stderr_dropped`
 
 func scanExec(row interface{ Scan(...any) error }) (Exec, error) {
 	var (
@@ -61,7 +65,8 @@ func scanExec(row interface{ Scan(...any) error }) (Exec, error) {
 		ended                  sql.NullInt64
 	)
 	err := row.Scan(&e.ID, &e.SandboxID, &e.Tenant, &argv, &shell, &e.User, &e.Cwd, &e.PTY, &e.Status, &code, &sig,
-		&e.Truncated, &e.StdoutBytes, &e.StderrBytes, &started, &ended, &e.DurationMS, &eerr, &tmpl, &ecode)
+		&e.Truncated, &e.StdoutBytes, &e.StderrBytes, &started, &ended, &e.DurationMS, &eerr, &tmpl, &ecode,
+		&e.StdoutDropped, &e.StderrDropped)
 	if err != nil {
 		return Exec{}, err
 	}
@@ -107,7 +112,7 @@ func (s *Store) CreateExec(ctx context.Context, e Exec) error {
 	_, err := s.createExec.ExecContext(ctx,
 		e.ID, e.SandboxID, e.Tenant, argv, shell, e.User, e.Cwd, e.PTY, e.Status, code, nullStr(e.Signal),
 		e.Truncated, e.StdoutBytes, e.StderrBytes, ts(e.StartedAt), tsp(e.EndedAt), e.DurationMS, nullStr(e.Error),
-		nullStr(e.Template), nullStr(e.ErrorCode), nullStr(rid))
+		nullStr(e.Template), nullStr(e.ErrorCode), e.StdoutDropped, e.StderrDropped, nullStr(rid))
 	if err != nil {
 		if isUniqueViolation(err) {
 			return fmt.Errorf("%w: exec %q", errdefs.ErrAlreadyExists, e.ID)
@@ -128,7 +133,7 @@ func (s *Store) FinishExec(ctx context.Context, e Exec, events []byte) error {
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		err := tx.StmtContext(ctx, s.finishExec).QueryRowContext(ctx,
 			e.Status, code, nullStr(e.Signal), e.Truncated, e.StdoutBytes, e.StderrBytes, tsp(e.EndedAt),
-			e.DurationMS, nullStr(e.Error), nullStr(e.ErrorCode), e.Cwd, e.ID).Scan(&rid)
+			e.DurationMS, nullStr(e.Error), nullStr(e.ErrorCode), e.StdoutDropped, e.StderrDropped, e.Cwd, e.ID).Scan(&rid)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w: exec %q", errdefs.ErrNotFound, e.ID)
 		}

@@ -207,6 +207,12 @@ CREATE TABLE sandbox_previews (
 	PRIMARY KEY (sandbox_id, port)
 );
 `,
+	// 8: how many bytes of each stream an exec's output cap dropped (the
+	// middle of the stream: its head and tail are kept).
+	`
+ALTER TABLE execs ADD COLUMN stdout_dropped INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE execs ADD COLUMN stderr_dropped INTEGER NOT NULL DEFAULT 0;
+`,
 }
 
 func migrate(ctx context.Context, db *sql.DB) error {

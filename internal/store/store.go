@@ -126,9 +126,9 @@ func (s *Store) prepare(ctx context.Context) error {
 		return st
 	}
 	s.keyByHash = prep(s.r, `SELECT `+keyCols+` FROM api_keys WHERE hash = ?`)
-	s.createExec = prep(s.w, `INSERT INTO execs(`+execCols+`, request_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
+	s.createExec = prep(s.w, `INSERT INTO execs(`+execCols+`, request_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
 	s.finishExec = prep(s.w, `UPDATE execs SET status=?, exit_code=?, signal=?, truncated=?, stdout_bytes=?,
-			stderr_bytes=?, ended_at=?, duration_ms=?, error=?, error_code=?,
+			stderr_bytes=?, ended_at=?, duration_ms=?, error=?, error_code=?, stdout_dropped=?, stderr_dropped=?,
 			cwd=COALESCE(NULLIF(?, ''), cwd) WHERE id=? RETURNING request_id`)
 	s.putOutput = prep(s.w, `INSERT INTO exec_output(exec_id, events) VALUES (?, ?)
 				ON CONFLICT(exec_id) DO UPDATE SET events = excluded.events`)
