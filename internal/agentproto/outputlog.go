@@ -210,6 +210,35 @@ func (l *OutputLog) Next(from, max int64) (p OutputPiece, ok bool) {
 	return p, true
 }
 
+// Rewrite replaces the kept bytes at the offsets of fix; offsets that were
+// dropped (or never added) are ignored. It is the one exception to bytes
+// never changing, for a daemon that masked bytes provisionally while they
+// streamed: a piece it changes is copied first, so pieces handed out before
+// keep the bytes they had.
+func (l *OutputLog) Rewrite(fix map[int64]byte) {
+	if len(fix) == 0 {
+		return
+	}
+	copied := map[*OutputPiece]bool{}
+	for off, b := range fix {
+		for i := range l.streams {
+			s := &l.streams[i]
+			for _, part := range [2][]OutputPiece{s.head, s.tail} {
+				j := sort.Search(len(part), func(k int) bool { return part[k].End() > off })
+				if j == len(part) || part[j].Off > off {
+					continue
+				}
+				p := &part[j]
+				if !copied[p] {
+					p.Data = append([]byte(nil), p.Data...)
+					copied[p] = true
+				}
+				p.Data[off-p.Off] = b
+			}
+		}
+	}
+}
+
 // Pieces returns every kept piece in offset order.
 func (l *OutputLog) Pieces() []OutputPiece {
 	var out []OutputPiece

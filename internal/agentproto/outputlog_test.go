@@ -162,3 +162,27 @@ func TestOutputLogZeroTail(t *testing.T) {
 		t.Fatalf("stdout %q", got)
 	}
 }
+
+// TestOutputLogRewrite: Rewrite changes kept bytes only, and a piece handed
+// out before keeps the bytes it had (readers may hold it outside any lock).
+func TestOutputLogRewrite(t *testing.T) {
+	l := agentproto.NewOutputLog(8) // head 4, tail 4 per stream
+	l.Add(agentproto.StreamStdout, 0, []byte("ab**"))
+	l.Add(agentproto.StreamStderr, 4, []byte("x*"))
+	l.Add(agentproto.StreamStdout, 6, []byte("0123456789"))
+	before, ok := l.Next(0, 0)
+	if !ok || string(before.Data) != "ab**" {
+		t.Fatalf("first piece %q %v", before.Data, ok)
+	}
+	l.Rewrite(map[int64]byte{2: 'c', 3: 'd', 5: 'y', 7: '!', 15: '?'})
+	if string(before.Data) != "ab**" {
+		t.Errorf("a piece handed out changed to %q", before.Data)
+	}
+	out, head := l.Stream(agentproto.StreamStdout)
+	if string(out) != "abcd678?" || head != 4 {
+		t.Errorf("stdout %q (head %d), want abcd678? (4): offset 7 was dropped, 15 kept", out, head)
+	}
+	if errOut, _ := l.Stream(agentproto.StreamStderr); string(errOut) != "xy" {
+		t.Errorf("stderr %q, want xy", errOut)
+	}
+}

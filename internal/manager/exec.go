@@ -365,8 +365,9 @@ func (t *execTracker) emit(cs []chunk) {
 // one text.
 func (t *execTracker) settle(red *streamRedactor) {
 	t.emit(red.end())
+	fix := red.restore()
 	t.mu.Lock()
-	t.events = red.settle(t.events)
+	t.out.Rewrite(fix)
 	t.mu.Unlock()
 }
 

@@ -484,11 +484,12 @@ func (s *streamRedactor) drain() []chunk {
 // output masked as one text. Changed chunks are copies: readers may hold
 // the old ones.
 func (s *streamRedactor) settle(events []chunk) []chunk {
-	if len(s.prov) == 0 {
+	fix := s.restore()
+	if len(fix) == 0 {
 		return events
 	}
-	offs := make([]int64, 0, len(s.prov))
-	for off := range s.prov {
+	offs := make([]int64, 0, len(fix))
+	for off := range fix {
 		offs = append(offs, off)
 	}
 	slices.Sort(offs)
@@ -503,10 +504,21 @@ func (s *streamRedactor) settle(events []chunk) []chunk {
 			out[i].data = slices.Clone(out[i].data)
 			copied[i] = true
 		}
-		out[i].data[off-out[i].off] = s.prov[off]
+		out[i].data[off-out[i].off] = fix[off]
 	}
-	clear(s.prov)
 	return out
+}
+
+// restore returns, by offset, the original of every byte a timed-out hold
+// masked without its ever becoming part of a secret, and forgets them: the
+// caller writes them back into the settled output.
+func (s *streamRedactor) restore() map[int64]byte {
+	fix := s.prov
+	if len(fix) == 0 {
+		return nil
+	}
+	s.prov = map[int64]byte{}
+	return fix
 }
 
 // TextStream masks a sandbox's secrets in one ordered text stream (a code
