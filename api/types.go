@@ -32,6 +32,15 @@ const (
 	// answer (an exec could not start); the sandbox may recover or end in
 	// state error with this code.
 	CodeAgentUnavailable = "agent_unavailable"
+	// CodeTemplateBuilding: 503 with Retry-After, a create whose template
+	// has no ready version while a build of it runs (a shipped template's
+	// first use starts that build); ErrorDetail.BuildID names the build.
+	// A create with wait_for_template waits for it instead.
+	CodeTemplateBuilding = "template_building"
+	// CodeTemplateBuildFailed: 424, a create that waited for its
+	// template's build, which failed; ErrorDetail.BuildID names the build,
+	// whose log says why.
+	CodeTemplateBuildFailed = "template_build_failed"
 	// CodeTemplateUnsupported: 400, the sandbox's template lacks what the
 	// request needs (code on a template without a kernel): use another
 	// template; retrying the same request never helps.
@@ -49,6 +58,9 @@ type ErrorDetail struct {
 	Message   string `json:"message"`
 	RequestID string `json:"request_id,omitempty"`
 	SandboxID string `json:"sandbox_id,omitempty"`
+	// BuildID is the template build a create is waiting on
+	// (template_building, template_build_failed).
+	BuildID string `json:"build_id,omitempty"`
 }
 
 // Sandbox states.
@@ -107,6 +119,11 @@ type CreateSandboxRequest struct {
 	Network        *Network          `json:"network,omitempty"`
 	Volumes        []VolumeMount     `json:"volumes,omitempty"`
 	AutoPause      bool              `json:"auto_pause,omitempty"`
+	// WaitForTemplate makes a create whose template is being built (a
+	// shipped template's first use) wait for the build, up to 10 minutes,
+	// instead of answering template_building at once. No capacity or quota
+	// is held while it waits.
+	WaitForTemplate bool `json:"wait_for_template,omitempty"`
 }
 
 // Sandbox is a sandbox as the API reports it.
@@ -189,6 +206,9 @@ const (
 const (
 	SandboxCodeCrashed          = "sandbox_crashed"
 	SandboxCodeAgentUnavailable = "agent_unavailable"
+	// SandboxCodeNetworkLost: the sandbox's network was removed from
+	// outside airlock and could not be wired again.
+	SandboxCodeNetworkLost = "network_lost"
 )
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec. Exactly one of

@@ -456,23 +456,26 @@ func jsonDecodeStrict(r *http.Request, v any) error {
 	return dec.Decode(v)
 }
 
-// TestTemplateBuilding: a create refused while its template is built on
-// demand is told apart from other 503s.
+// TestTemplateBuilding: a create refused while its template is built is
+// told apart from other 503s by its code, never by its message, and names
+// the build.
 func TestTemplateBuilding(t *testing.T) {
 	tests := []struct {
-		name, code, msg string
-		want            bool
+		name, code, msg, buildID string
+		want                     bool
 	}{
-		{"building", "unavailable", "template code-interpreter is being built (build bld_1, …); retry when it is ready", true},
-		{"other_unavailable", "unavailable", "agent did not answer", false},
-		{"capacity", "capacity_exhausted", "template is being built elsewhere", false},
+		{"building", "template_building", "template code-interpreter is being built; retry when it is ready", "bld_1", true},
+		{"building_other_words", "template_building", "anything at all", "bld_2", true},
+		{"unavailable_with_the_old_text", "unavailable", "template code-interpreter is being built (build bld_1, …)", "", false},
+		{"capacity", "capacity_exhausted", "template is being built elsewhere", "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Retry-After", "60")
 				w.WriteHeader(http.StatusServiceUnavailable)
-				fmt.Fprintf(w, `{"error":{"code":%q,"message":%q}}`, tt.code, tt.msg)
+				fmt.Fprintf(w, `{"error":{"code":%q,"message":%q,"build_id":%q}}`, tt.code, tt.msg, tt.buildID)
 			}))
 			defer srv.Close()
 			c, err := New(srv.URL, "ak_x")
@@ -482,6 +485,12 @@ func TestTemplateBuilding(t *testing.T) {
 			_, err = c.CreateSandbox(context.Background(), api.CreateSandboxRequest{})
 			if got := TemplateBuilding(err); got != tt.want {
 				t.Fatalf("TemplateBuilding(%v) = %v, want %v", err, got, tt.want)
+			}
+			if got := BuildOf(err); got != tt.buildID {
+				t.Errorf("BuildOf = %q, want %q", got, tt.buildID)
+			}
+			if d, ok := RetryAfter(err); tt.want && (!ok || d != time.Minute) {
+				t.Errorf("RetryAfter = %v, %v; want 1m, true", d, ok)
 			}
 		})
 	}

@@ -54,9 +54,13 @@ var codeClass = map[string]error{
 	api.CodeCapacityExhausted:  ErrCapacityExhausted,
 	api.CodeRuntimeUnavailable: ErrRuntimeUnavailable,
 	api.CodeAgentUnavailable:   ErrUnavailable, // the sandbox runs but its agent does not answer
-	api.CodeInternal:           ErrInternal,
-	"not_implemented":          ErrNotImplemented,
-	"unavailable":              ErrUnavailable,
+	api.CodeTemplateBuilding:   ErrUnavailable, // retry after Retry-After, or create with WaitForTemplate
+	// A build that failed is not retried by asking again: its spec or the
+	// host must change (the build's log says which).
+	api.CodeTemplateBuildFailed: ErrInvalidArgument,
+	api.CodeInternal:            ErrInternal,
+	"not_implemented":           ErrNotImplemented,
+	"unavailable":               ErrUnavailable,
 	// The sandbox's template lacks what the request needs: change it.
 	api.CodeTemplateUnsupported: ErrInvalidArgument,
 }
@@ -97,6 +101,9 @@ type APIError struct {
 	Message    string // client-safe message from the server
 	RequestID  string // req_…, quote it when reporting a problem
 	SandboxID  string // the sandbox concerned, when there is one
+	// BuildID is the template build a create was refused for
+	// (template_building, template_build_failed).
+	BuildID string
 	// RetryAfter is the server's Retry-After (429 and 503), 0 when absent.
 	RetryAfter time.Duration
 }
@@ -150,10 +157,23 @@ func RetryAfter(err error) (time.Duration, bool) {
 }
 
 // TemplateBuilding reports whether err is a create refused because its
-// template is being built on demand (a shipped template's first use):
-// 503 unavailable, which a retry after the build succeeds.
+// template is being built (a shipped template's first use starts that
+// build): code template_building, 503 with Retry-After. A retry after the
+// build succeeds; CreateSandboxRequest.WaitForTemplate makes the server
+// wait instead. BuildOf names the build.
 func TemplateBuilding(err error) bool {
-	return errors.Is(err, ErrUnavailable) && strings.Contains(err.Error(), "is being built")
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == api.CodeTemplateBuilding
+}
+
+// BuildOf returns the id of the template build err is about (a create
+// refused with template_building or template_build_failed), or "".
+func BuildOf(err error) string {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.BuildID
+	}
+	return ""
 }
 
 // decodeError builds the *APIError of a non-2xx response.
@@ -169,6 +189,7 @@ func decodeError(resp *http.Response) error {
 		e.Code = body.Error.Code
 		e.Message = body.Error.Message
 		e.SandboxID = body.Error.SandboxID
+		e.BuildID = body.Error.BuildID
 		if body.Error.RequestID != "" {
 			e.RequestID = body.Error.RequestID
 		}

@@ -249,7 +249,8 @@ func TestSpecSchemasMatchTypes(t *testing.T) {
 		codes := []string{api.CodeInvalidArgument, api.CodeUnauthenticated, api.CodePermissionDenied,
 			api.CodeSandboxNotFound, api.CodeExecNotFound, api.CodeTemplateNotFound, api.CodeNotFound,
 			api.CodeConflict, api.CodeInvalidState, api.CodePayloadTooLarge, api.CodeQuotaExceeded,
-			api.CodeRateLimited, api.CodeCapacityExhausted, api.CodeRuntimeUnavailable, api.CodeAgentUnavailable, api.CodeTemplateUnsupported, api.CodeInternal}
+			api.CodeRateLimited, api.CodeCapacityExhausted, api.CodeRuntimeUnavailable, api.CodeAgentUnavailable, api.CodeInternal,
+			api.CodeTemplateBuilding, api.CodeTemplateBuildFailed, api.CodeTemplateUnsupported}
 		var enum []string
 		for _, e := range getMap(t, schemas, "ErrorCode")["enum"].([]any) {
 			enum = append(enum, e.(string))

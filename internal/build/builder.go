@@ -554,6 +554,33 @@ func (b *Builder) Wait(ctx context.Context, id string) (api.TemplateBuild, error
 	return v.TemplateBuild, err
 }
 
+// Building returns the id of a running build of template name that tenant
+// may use (its own, or a shipped one) and that would make version (0: any
+// version) ready: what a create of a template without a ready version
+// waits for. With several, the oldest. (Shipped names are not tenants'.)
+func (b *Builder) Building(tenant, name string, version int) (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var found *buildState
+	for _, bs := range b.builds {
+		if bs.name != name || (bs.tenant != tenant && bs.tenant != "") || (version != 0 && bs.version != version) {
+			continue
+		}
+		select {
+		case <-bs.done:
+			continue
+		default:
+		}
+		if found == nil || bs.version < found.version {
+			found = bs
+		}
+	}
+	if found == nil {
+		return "", false
+	}
+	return found.id, true
+}
+
 // Build returns build id if principal tenant may see it (its own, a
 // shipped template's, or any with admin).
 func (b *Builder) Build(ctx context.Context, tenant string, admin bool, id string) (api.TemplateBuild, error) {

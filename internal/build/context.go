@@ -11,6 +11,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
@@ -36,6 +37,10 @@ type ctxEntry struct {
 	linkname string // symlink target, or the clean name a hard link points to
 	sum      string // sha256 of a regular file's content
 	implicit bool   // a parent directory the archive did not list
+	// mtime is the entry's modification time, which COPY keeps (as
+	// Docker's does); it is not part of the step's cache key (neither is
+	// it Docker's): an unchanged content is a cache hit.
+	mtime time.Time
 }
 
 // emptyContext has nothing but its root.
@@ -66,7 +71,7 @@ func openContext(p string) (*buildContext, error) {
 		if err != nil {
 			return nil, err
 		}
-		e := &ctxEntry{name: name, mode: hdr.Mode & 0o7777, size: hdr.Size}
+		e := &ctxEntry{name: name, mode: hdr.Mode & 0o7777, size: hdr.Size, mtime: hdr.ModTime}
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			e.typ = tar.TypeDir
@@ -88,7 +93,7 @@ func openContext(p string) (*buildContext, error) {
 			if !ok || t.typ != tar.TypeReg {
 				return nil, errdefs.Wrap(errdefs.ErrInvalidArgument, "build context: hard link %q points to %q, which is not a file before it", name, hdr.Linkname)
 			}
-			e.typ, e.linkname, e.sum, e.size, e.mode = tar.TypeLink, target, t.sum, t.size, t.mode
+			e.typ, e.linkname, e.sum, e.size, e.mode, e.mtime = tar.TypeLink, target, t.sum, t.size, t.mode, t.mtime
 		default:
 			continue // devices, fifos: nothing COPY would take
 		}
@@ -214,8 +219,12 @@ func (c *buildContext) selectSources(srcs []string) (selection, error) {
 }
 
 // inputHash identifies what a COPY copies: names, types, modes, contents.
+// Its first line is the version of what COPY makes of them: layers made
+// before COPY kept mtimes and chowned the directories it created are not
+// reused.
 func (sel selection) inputHash() string {
 	h := sha256.New()
+	fmt.Fprintf(h, "copy v2\n")
 	for _, it := range sel.items {
 		fmt.Fprintf(h, "%s\x00%c\x00%o\x00%s\x00%s\n", it.rel, it.e.typ, it.e.mode, it.e.sum, it.e.linkname)
 	}
@@ -240,13 +249,13 @@ func (c *buildContext) writeTar(w io.Writer, sel selection, rename string) error
 		var hdr *tar.Header
 		switch it.e.typ {
 		case tar.TypeDir:
-			hdr = &tar.Header{Typeflag: tar.TypeDir, Name: it.rel + "/", Mode: it.e.mode}
+			hdr = &tar.Header{Typeflag: tar.TypeDir, Name: it.rel + "/", Mode: it.e.mode, ModTime: it.e.mtime}
 		case tar.TypeSymlink:
 			name := it.rel
 			if sel.single && rename != "" {
 				name = rename
 			}
-			hdr = &tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: it.e.linkname, Mode: 0o777}
+			hdr = &tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: it.e.linkname, Mode: 0o777, ModTime: it.e.mtime}
 		default:
 			continue
 		}
@@ -299,13 +308,13 @@ func (c *buildContext) copyFiles(tw *tar.Writer, want map[string]*copyItem, sing
 			}
 			// The target is not copied: write the content again, from a
 			// second pass over the archive.
-			if err := c.copyOne(tw, it.e.linkname, out, it.e.mode); err != nil {
+			if err := c.copyOne(tw, it.e.linkname, out, it.e.mode, it.e.mtime); err != nil {
 				return err
 			}
 			written[name] = out
 			continue
 		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: out, Mode: it.e.mode, Size: hdr.Size}); err != nil {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: out, Mode: it.e.mode, Size: hdr.Size, ModTime: hdr.ModTime}); err != nil {
 			return err
 		}
 		if _, err := io.Copy(tw, tr); err != nil {
@@ -316,7 +325,7 @@ func (c *buildContext) copyFiles(tw *tar.Writer, want map[string]*copyItem, sing
 }
 
 // copyOne writes the content of context file name as out.
-func (c *buildContext) copyOne(tw *tar.Writer, name, out string, mode int64) error {
+func (c *buildContext) copyOne(tw *tar.Writer, name, out string, mode int64, mtime time.Time) error {
 	f, err := os.Open(c.path)
 	if err != nil {
 		return err
@@ -329,7 +338,7 @@ func (c *buildContext) copyOne(tw *tar.Writer, name, out string, mode int64) err
 			return fmt.Errorf("reading build context: %w", err)
 		}
 		if n, _ := contextName(hdr.Name); n == name && hdr.Typeflag == tar.TypeReg {
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: out, Mode: mode, Size: hdr.Size}); err != nil {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: out, Mode: mode, Size: hdr.Size, ModTime: mtime}); err != nil {
 				return err
 			}
 			_, err := io.Copy(tw, tr)

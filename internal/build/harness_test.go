@@ -24,6 +24,7 @@ import (
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/driver/runc"
 	"github.com/airlockhq/airlock/internal/hostcheck"
+	"github.com/airlockhq/airlock/internal/hostslot"
 	"github.com/airlockhq/airlock/internal/reaper"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
@@ -67,8 +68,6 @@ type env struct {
 	dataDir string
 }
 
-const testCgroupParent = "airlock-buildtest"
-
 // newEnv needs root, runc and debootstrap (or a cached base).
 func newEnv(t testing.TB, mutate func(*Config)) *env {
 	t.Helper()
@@ -88,6 +87,13 @@ func newEnv(t testing.TB, mutate func(*Config)) *env {
 	}
 	os.Chmod(dataDir, 0o711)
 	t.Cleanup(func() { os.RemoveAll(dataDir) })
+	// A host slot of its own: its cgroups and uid ranges are never those
+	// of a daemon serving on this host, nor of another test's.
+	slot, err := hostslot.Acquire(dataDir, hostslot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(slot.Release)
 	tdir := filepath.Join(dataDir, "templates")
 	if err := os.MkdirAll(tdir, 0o700); err != nil {
 		t.Fatal(err)
@@ -100,14 +106,15 @@ func newEnv(t testing.TB, mutate func(*Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rd, err := runc.New(runc.Config{DataDir: dataDir, AgentPath: buildAgent(t), CgroupParent: testCgroupParent, MaxSandboxes: 16,
+	rd, err := runc.New(runc.Config{DataDir: dataDir, AgentPath: buildAgent(t), CgroupParent: slot.CgroupParent,
+		UIDRangeStart: slot.RuncUIDStart, MaxSandboxes: 16,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Sandboxes (build sandboxes included) must leave nothing: no mount,
 	// loop device, cgroup or file. The template store keeps its layers.
-	leaks := hostcheck.Take(t, append(hostcheck.CgroupRoots(testCgroupParent), filepath.Join(dataDir, "sandboxes"))...)
+	leaks := hostcheck.Take(t, append(hostcheck.CgroupRoots(slot.CgroupParent), filepath.Join(dataDir, "sandboxes"))...)
 	tmpl := template.NewStore(tdir)
 	cd := &countingDriver{Driver: rd}
 	cfg := Config{

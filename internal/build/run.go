@@ -479,6 +479,22 @@ func (b *Builder) copyStep(ctx context.Context, sb *buildSandbox, c *buildContex
 			destDir, rename = path.Dir(dest), path.Base(dest)
 		}
 	}
+	// The directories the copy creates (destDir and its missing parents)
+	// are the --chown owner's too, as with Docker.
+	var created []string
+	if in.Chown != "" {
+		for d := destDir; d != "/"; d = path.Dir(d) {
+			_, err := sb.client.Stat(ctx, d, "root")
+			var ae *agentproto.Error
+			if err != nil && !errors.As(err, &ae) {
+				return fmt.Errorf("--chown: looking at %s: %w", d, err)
+			}
+			if err == nil || ae.Code != agentproto.CodeNotFound {
+				break // there (or in the way: the copy says so)
+			}
+			created = append(created, d)
+		}
+	}
 	pr, pw := io.Pipe()
 	errc := make(chan error, 1)
 	go func() {
@@ -509,18 +525,34 @@ func (b *Builder) copyStep(ctx context.Context, sb *buildSandbox, c *buildContex
 		for _, t := range sel.tops {
 			targets = append(targets, path.Join(destDir, t))
 		}
-		if len(targets) == 0 {
+		if len(targets) == 0 && len(created) == 0 {
 			targets = []string{destDir}
 		}
 	}
+	if len(targets) > 0 {
+		if err := b.chown(ctx, sb, w, in.Chown, "-hR", targets); err != nil {
+			return err
+		}
+	}
+	if len(created) > 0 {
+		// Not recursive: what was there before the copy keeps its owner.
+		if err := b.chown(ctx, sb, w, in.Chown, "-h", created); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chown runs chown flag owner -- paths as root in a build sandbox.
+func (b *Builder) chown(ctx context.Context, sb *buildSandbox, w io.Writer, owner, flag string, paths []string) error {
 	res, err := sb.exec(ctx, agentproto.ExecRequest{
-		Argv: append([]string{"chown", "-hR", in.Chown, "--"}, targets...), User: "root", Cwd: "/", TimeoutMS: 600_000,
+		Argv: append([]string{"chown", flag, owner, "--"}, paths...), User: "root", Cwd: "/", TimeoutMS: 600_000,
 	}, w)
 	if err != nil {
 		return fmt.Errorf("--chown: %w", err)
 	}
 	if res.Status != agentproto.StatusExited || res.ExitCode != 0 {
-		return fmt.Errorf("--chown=%s: chown %s", in.Chown, describe(res, 0))
+		return fmt.Errorf("--chown=%s: chown %s", owner, describe(res, 0))
 	}
 	return nil
 }

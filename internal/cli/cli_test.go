@@ -115,17 +115,33 @@ func TestExecExitCodes(t *testing.T) {
 		{name: "exit 1 propagates", args: []string{"exec", "sbx_1", "--", "exit", "1"}, wantCode: 1, wantStdout: "out\n"},
 		{name: "no dash", args: []string{"exec", "sbx_1", "echo", "x"}, wantCode: 0, wantStdout: "x\n"},
 		{name: "shell", args: []string{"exec", "--shell", "exit 7", "sbx_1"}, wantCode: 7, wantStdout: "out\n"},
-		{name: "timeout", args: []string{"exec", "sbx_1", "--", "timeout"}, wantCode: 124, wantStderr: "command timed out (timeout)"},
-		{name: "killed", args: []string{"exec", "sbx_1", "--", "killed"}, wantCode: 137, wantStderr: "killed by SIGKILL (killed)"},
-		{name: "oom", args: []string{"exec", "sbx_1", "--", "oom"}, wantCode: 137, wantStderr: "out of memory (oom)"},
-		{name: "cannot start", args: []string{"exec", "sbx_1", "--", "nosuch"}, wantCode: 127, wantStderr: `executable file not found (exec_failed)`},
+		// The docker/kubectl exec convention: 124 timeout, 125 airlock's
+		// own failure, 126/127 cannot start, 128+N a signal.
+		{name: "timeout", args: []string{"exec", "sbx_1", "--", "timeout"}, wantCode: 124, wantStderr: "command timed out (exec_timeout)"},
+		{name: "killed", args: []string{"exec", "sbx_1", "--", "killed"}, wantCode: 137, wantStderr: "killed by SIGKILL (killed_by_user)"},
+		{name: "killed by SIGTERM", args: []string{"exec", "sbx_1", "--", "term"}, wantCode: 143, wantStderr: "killed by SIGTERM (killed_by_user)"},
+		{name: "oom", args: []string{"exec", "sbx_1", "--", "oom"}, wantCode: 137, wantStderr: "out of memory (out_of_memory)"},
+		{name: "sandbox expired under it", args: []string{"exec", "sbx_1", "--", "expired"}, wantCode: 137, wantStderr: "sandbox stopped (sandbox_stopped)"},
+		{name: "cannot start, old server", args: []string{"exec", "sbx_1", "--", "nosuch"}, wantCode: 127, wantStderr: `executable file not found (exec_failed)`},
+		{name: "not found", args: []string{"exec", "sbx_1", "--", "notfound"}, wantCode: 127, wantStderr: `not found in $PATH (exec_failed)`},
+		{name: "not executable", args: []string{"exec", "sbx_1", "--", "noexec"}, wantCode: 126, wantStderr: `permission denied (exec_failed)`},
+		{name: "missing cwd is not a missing command", args: []string{"exec", "sbx_1", "--", "nocwd"}, wantCode: 126, wantStderr: `no such file or directory (exec_failed)`},
+		{name: "cannot start, no reason", args: []string{"exec", "sbx_1", "--", "failed"}, wantCode: 126, wantStderr: `could not start (exec_failed)`},
+		{name: "agent lost", args: []string{"exec", "sbx_1", "--", "agentlost"}, wantCode: 125, wantStderr: "sandbox agent (agent_unavailable)"},
 		{name: "no stdin without -i", args: []string{"exec", "sbx_1", "--", "cat"}, stdin: "not sent", wantCode: 0, wantStdout: ""},
-		{name: "missing sandbox", args: []string{"exec", "sbx_nope", "--", "echo"}, wantCode: 1,
+		{name: "missing sandbox", args: []string{"exec", "sbx_nope", "--", "echo"}, wantCode: 125,
 			wantStderr: "airlock: sandbox not found (sandbox_not_found)\n"},
-		{name: "no command", args: []string{"exec", "sbx_1"}, wantCode: 1, wantStderr: "missing command"},
-		{name: "two sandboxes", args: []string{"exec", "sbx_1", "sbx_2", "--", "echo"}, wantCode: 1, wantStderr: "exactly one SANDBOX before -- (usage)"},
-		{name: "shell and argv", args: []string{"exec", "--shell", "ls", "sbx_1", "--", "ls"}, wantCode: 1, wantStderr: "not both (usage)"},
-		{name: "bad env", args: []string{"exec", "-e", "NOEQUALS", "sbx_1", "--", "echo"}, wantCode: 1, wantStderr: "want KEY=VALUE (usage)"},
+		{name: "no command", args: []string{"exec", "sbx_1"}, wantCode: 125, wantStderr: "missing command"},
+		{name: "two sandboxes", args: []string{"exec", "sbx_1", "sbx_2", "--", "echo"}, wantCode: 125, wantStderr: "exactly one SANDBOX before -- (usage)"},
+		{name: "shell and argv", args: []string{"exec", "--shell", "ls", "sbx_1", "--", "ls"}, wantCode: 125, wantStderr: "not both (usage)"},
+		{name: "bad env", args: []string{"exec", "-e", "NOEQUALS", "sbx_1", "--", "echo"}, wantCode: 125, wantStderr: "want KEY=VALUE (usage)"},
+		{name: "unknown flag", args: []string{"exec", "--bogus", "sbx_1", "--", "echo"}, wantCode: 125, wantStderr: "unknown flag: --bogus (usage)"},
+		{name: "bad output flag", args: []string{"exec", "-o", "yaml", "sbx_1", "--", "echo"}, wantCode: 125, wantStderr: "(usage)"},
+		{name: "run: no server", args: []string{"run", "--url", "http://127.0.0.1:1", "--", "echo"}, wantCode: 125, wantStderr: "(unavailable)"},
+		{name: "run: not found", args: []string{"run", "--", "notfound"}, wantCode: 127, wantStderr: "(exec_failed)"},
+		// Commands that run nothing in a sandbox keep 1 for an error.
+		{name: "other command's error", args: []string{"sandbox", "info", "sbx_nope"}, wantCode: 1, wantStderr: "(sandbox_not_found)"},
+		{name: "other command's usage error", args: []string{"sandbox", "ls", "--bogus"}, wantCode: 1, wantStderr: "(usage)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,7 +155,7 @@ func TestExecExitCodes(t *testing.T) {
 			if !strings.Contains(r.stderr, tt.wantStderr) {
 				t.Errorf("stderr %q, want it to contain %q", r.stderr, tt.wantStderr)
 			}
-			if r.code == 1 && strings.Count(r.stderr, "\n") != 1 {
+			if (r.code == exitError || r.code == exitAirlock) && strings.Count(r.stderr, "\n") != 1 {
 				t.Errorf("an error must be one line, got %q", r.stderr)
 			}
 		})
@@ -267,8 +283,8 @@ func TestRunDeletesWhenInterrupted(t *testing.T) {
 func TestRunDeletesWhenExecFails(t *testing.T) {
 	f, srv := newFakeAPI(t)
 	r := runCLI(t, srv.URL, "run", "--", "nosuch")
-	if r.code != exitCannotRun {
-		t.Errorf("exit code %d, want %d", r.code, exitCannotRun)
+	if r.code != exitNotFound {
+		t.Errorf("exit code %d, want %d", r.code, exitNotFound)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -643,7 +659,7 @@ func TestShell(t *testing.T) {
 		t.Errorf("stdout %q", r.stdout)
 	}
 	r = runCLI(t, srv.URL, "shell", "sbx_none")
-	if r.code != 1 || r.stderr != "airlock: sandbox not found (sandbox_not_found)\n" {
+	if r.code != exitAirlock || r.stderr != "airlock: sandbox not found (sandbox_not_found)\n" {
 		t.Errorf("shell on a missing sandbox: %d %q", r.code, r.stderr)
 	}
 }

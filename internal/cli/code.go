@@ -4,13 +4,15 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -34,8 +36,9 @@ func (a *app) newCodeCmd() *cobra.Command {
 		jsonOut                            bool
 	)
 	cmd := &cobra.Command{
-		Use:   "code [SANDBOX] [CODE]",
-		Short: "Run a code-interpreter cell (python, javascript, bash)",
+		Use:         "code [SANDBOX] [CODE]",
+		Annotations: map[string]string{sandboxRunner: "true"},
+		Short:       "Run a code-interpreter cell (python, javascript, bash)",
 		Long: `Run a cell in a stateful code-interpreter context of a sandbox: variables,
 imports and the working directory persist between calls. Without --context
 the cell runs in the sandbox's default context of --language.
@@ -46,10 +49,17 @@ deleted after it (its state goes with it).
 
 The code is CODE, or the file given with -f, or stdin when CODE is "-" or
 missing. stdout and stderr are streamed; the value of the last expression
-is printed; images (PNG, JPEG, SVG) are saved to --save-dir when given.
-With --json every event is printed as one JSON line.
+is printed; images (PNG, JPEG, SVG) are saved to --save-dir when given (made
+if missing), as result-N.png and so on, N numbered on from the files already
+there: nothing is overwritten. With --json every event is printed as one
+JSON line.
 
-The exit status is 1 when the cell raised an error, 0 otherwise.`,
+A code-interpreter template that is being built (its first use builds it,
+for a few minutes) is waited for, its build's log shown on stderr.
+
+Exit status: 0, or 1 when the cell raised an error; 125 when airlock failed
+(an API error, no server, an image that could not be saved), 130 when
+interrupted.`,
 		Example: `  airlock code 'print(1)'                      # a one-off sandbox
   airlock code sbx_… 'import math; math.pi'
   airlock code --sandbox sbx_… --context ctx_… 'x + 1'
@@ -76,6 +86,14 @@ The exit status is 1 when the cell raised an error, 0 otherwise.`,
 			if err != nil {
 				return err
 			}
+			var saver *imageSaver
+			if saveDir != "" {
+				// Before anything runs: a directory that cannot be made
+				// fails the command, not each image silently.
+				if saver, err = newImageSaver(saveDir); err != nil {
+					return err
+				}
+			}
 			req := api.CodeRequest{Code: code, Language: language}
 			if contextID != "" {
 				req.ContextID = &contextID
@@ -100,7 +118,8 @@ The exit status is 1 when the cell raised an error, 0 otherwise.`,
 				}
 				sandboxID = sbx.ID
 			}
-			failed, images := false, 0
+			failed := false
+			var saveErr error
 			for ev, err := range c.RunCodeStream(cmd.Context(), sandboxID, req) {
 				if err != nil {
 					return err
@@ -119,7 +138,9 @@ The exit status is 1 when the cell raised an error, 0 otherwise.`,
 				case api.CodeEventStderr:
 					io.WriteString(a.stderr, ev.Text)
 				case api.CodeEventResult:
-					images += a.saveImages(ev, saveDir, images)
+					if err := a.saveImages(ev, saver); err != nil && saveErr == nil {
+						saveErr = err
+					}
 					if ev.Text != "" {
 						fmt.Fprintln(a.stdout, ev.Text)
 					}
@@ -131,6 +152,9 @@ The exit status is 1 when the cell raised an error, 0 otherwise.`,
 						fmt.Fprintf(a.stderr, "%s: %s\n", ev.Name, ev.Value)
 					}
 				}
+			}
+			if saveErr != nil {
+				return saveErr
 			}
 			if failed {
 				return exitCodeError{1}
@@ -150,28 +174,10 @@ The exit status is 1 when the cell raised an error, 0 otherwise.`,
 	return cmd
 }
 
-// createCodeSandbox creates a one-off sandbox of template for a cell. A
-// shipped template's first use is a build of a couple of minutes, during
-// which creates answer unavailable: it says so once and waits.
+// createCodeSandbox creates a one-off sandbox of template for a cell,
+// waiting for the template's build on its first use.
 func (a *app) createCodeSandbox(ctx context.Context, c *client.Client, template string) (*api.Sandbox, bool, error) {
-	said := false
-	for {
-		sbx, aborted, err := a.createInterruptibly(ctx, c, api.CreateSandboxRequest{Template: template})
-		if err == nil || aborted || !client.TemplateBuilding(err) {
-			return sbx, aborted, err
-		}
-		if !said {
-			fmt.Fprintf(a.stderr, "airlock: template %s is being built (its first use takes a few minutes)…\n", template)
-			said = true
-		}
-		select {
-		case <-ctx.Done():
-			return nil, false, ctx.Err()
-		case <-a.interrupts:
-			return nil, true, nil
-		case <-time.After(3 * time.Second):
-		}
-	}
+	return a.createSandbox(ctx, c, api.CreateSandboxRequest{Template: template}, true, client.WithIdempotencyKey(newIdempotencyKey()))
 }
 
 // codeSource returns the cell's code from arg ("" or "-": none), -f or
@@ -203,15 +209,71 @@ func (a *app) codeSource(arg, file string) (string, error) {
 	return string(b), nil
 }
 
-// saveImages writes ev's images to dir (if set) as result-N.ext and says
-// where; it returns how many it saved.
-func (a *app) saveImages(ev api.CodeEvent, dir string, n int) int {
-	saved := 0
+// imageSaver writes result images into a directory as result-N.ext, N
+// numbered on from the highest already there.
+type imageSaver struct {
+	dir  string
+	next int
+}
+
+// resultNameRE is the name of a saved result image.
+var resultNameRE = regexp.MustCompile(`^result-([0-9]{1,9})\.[a-z]+$`)
+
+// newImageSaver makes dir if it is missing and finds the next free number.
+func newImageSaver(dir string) (*imageSaver, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("--save-dir: %w", err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--save-dir: %w", err)
+	}
+	s := &imageSaver{dir: dir, next: 1}
+	for _, e := range ents {
+		if m := resultNameRE.FindStringSubmatch(e.Name()); m != nil {
+			if n, err := strconv.Atoi(m[1]); err == nil && n >= s.next {
+				s.next = n + 1
+			}
+		}
+	}
+	return s, nil
+}
+
+// save writes b as the next result-N.ext and returns its path. A name taken
+// meanwhile (another run saving into the same directory) is skipped, never
+// overwritten.
+func (s *imageSaver) save(ext string, b []byte) (string, error) {
+	for {
+		path := filepath.Join(s.dir, fmt.Sprintf("result-%d.%s", s.next, ext))
+		s.next++
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		_, err = f.Write(b)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(path)
+			return "", err
+		}
+		return path, nil
+	}
+}
+
+// saveImages writes ev's images with s (when set) and says where, or says
+// that there was an image to save.
+func (a *app) saveImages(ev api.CodeEvent, s *imageSaver) error {
+	var first error
 	for _, img := range []struct{ data, ext string }{{ev.PNG, "png"}, {ev.JPEG, "jpg"}, {ev.SVG, "svg"}} {
 		if img.data == "" {
 			continue
 		}
-		if dir == "" {
+		if s == nil {
 			fmt.Fprintf(a.stderr, "[%s image; use --save-dir to save it]\n", strings.ToUpper(img.ext))
 			continue
 		}
@@ -219,16 +281,19 @@ func (a *app) saveImages(ev api.CodeEvent, dir string, n int) int {
 		if img.ext != "svg" {
 			var err error
 			if b, err = base64.StdEncoding.DecodeString(img.data); err != nil {
+				fmt.Fprintf(a.stderr, "[%s image not saved: the server sent bad base64]\n", strings.ToUpper(img.ext))
 				continue
 			}
 		}
-		path := filepath.Join(dir, fmt.Sprintf("result-%d.%s", n+saved+1, img.ext))
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			fmt.Fprintf(a.stderr, "saving image: %v\n", err)
+		path, err := s.save(img.ext, b)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "airlock: saving image: %v\n", err)
+			if first == nil {
+				first = fmt.Errorf("saving an image: %w", err)
+			}
 			continue
 		}
-		saved++
 		fmt.Fprintf(a.stderr, "[saved %s]\n", path)
 	}
-	return saved
+	return first
 }

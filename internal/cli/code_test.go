@@ -211,3 +211,51 @@ func TestCodeCommandSandboxChoice(t *testing.T) {
 		})
 	}
 }
+
+// TestCodeSaveDir: --save-dir is made when missing, and a result never
+// overwrites an earlier one: numbers go on from the files already there.
+func TestCodeSaveDir(t *testing.T) {
+	srv, reqs := fakeCode(t)
+	run := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut,
+			getenv: func(string) string { return "" }, url: srv.URL, apiKey: "ak_good"}
+		cmd := a.newCodeCmd()
+		cmd.SetArgs(args)
+		cmd.SetOut(&out)
+		cmd.SetErr(&errOut)
+		err := cmd.ExecuteContext(context.Background())
+		return errOut.String(), err
+	}
+	dir := filepath.Join(t.TempDir(), "new", "charts")
+	for i, want := range []string{"result-1.png", "result-2.png"} {
+		stderr, err := run("sbx_1", "plot", "--save-dir", dir)
+		if err != nil || !strings.Contains(stderr, "[saved "+filepath.Join(dir, want)+"]") {
+			t.Fatalf("run %d: %v, stderr %q, want %s saved", i+1, err, stderr, want)
+		}
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 2 {
+		t.Errorf("save dir holds %v, want two results", ents)
+	}
+	// Numbered on from what is there, whatever its type.
+	other := t.TempDir()
+	os.WriteFile(filepath.Join(other, "result-7.svg"), []byte("<svg/>"), 0o644)
+	if stderr, err := run("sbx_1", "plot", "--save-dir", other); err != nil || !strings.Contains(stderr, "result-8.png") {
+		t.Errorf("after result-7.svg: %v %q", err, stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(other, "result-7.svg")); string(b) != "<svg/>" {
+		t.Errorf("result-7.svg overwritten: %q", b)
+	}
+	// A directory that cannot be made fails before the cell runs.
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, nil, 0o644)
+	*reqs = nil
+	_, err := run("sbx_1", "plot", "--save-dir", filepath.Join(file, "sub"))
+	if err == nil || !strings.Contains(err.Error(), "--save-dir") {
+		t.Errorf("unmakeable --save-dir: %v", err)
+	}
+	if len(*reqs) != 0 {
+		t.Errorf("the cell ran although its images could not be saved: %+v", *reqs)
+	}
+}

@@ -10,7 +10,9 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -219,7 +221,7 @@ func (a *app) download(ctx context.Context, c *client.Client, src location, dst 
 		if fi, err := os.Stat(dst); (err == nil && fi.IsDir()) || strings.HasSuffix(dst, "/") {
 			target = filepath.Join(dst, base)
 		}
-		return extractTar(rc, target)
+		return extractTar(rc, target, st.ModifiedAt)
 	}
 	rc, err := c.ReadFile(ctx, src.sandbox, src.path)
 	if err != nil {
@@ -234,7 +236,7 @@ func (a *app) download(ctx context.Context, c *client.Client, src location, dst 
 	if fi, err := os.Stat(dst); (err == nil && fi.IsDir()) || strings.HasSuffix(dst, "/") {
 		target = filepath.Join(dst, base)
 	}
-	return writeFileAtomic(target, rc, parseMode(st.Mode, 0o644))
+	return writeFileAtomic(target, rc, parseMode(st.Mode, 0o644), st.ModifiedAt)
 }
 
 // parseMode reads an octal mode string like "0644".
@@ -248,7 +250,8 @@ func parseMode(s string, def fs.FileMode) fs.FileMode {
 
 // writeFileAtomic writes r to name through a temporary file in the same
 // directory, so an interrupted copy never leaves a half file under name.
-func writeFileAtomic(name string, r io.Reader, mode fs.FileMode) error {
+// A non-zero mtime is kept.
+func writeFileAtomic(name string, r io.Reader, mode fs.FileMode, mtime time.Time) error {
 	tmp, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".airlock-*")
 	if err != nil {
 		return err
@@ -265,14 +268,22 @@ func writeFileAtomic(name string, r io.Reader, mode fs.FileMode) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
+	if !mtime.IsZero() {
+		if err := os.Chtimes(tmp.Name(), time.Time{}, mtime); err != nil {
+			return err
+		}
+	}
 	return os.Rename(tmp.Name(), name)
 }
 
 // extractTar unpacks r into dir. The archive comes from a sandbox, so it is
 // untrusted: every operation goes through an os.Root, which refuses names
 // and symlinks that lead out of dir (tar-slip), and an entry never writes
-// through a symlink an earlier entry left at its own name.
-func extractTar(r io.Reader, dir string) error {
+// through a symlink an earlier entry left at its own name. Files and
+// directories keep the archive's mtimes (symlinks get the time of the
+// copy: setting theirs would follow them); dir itself (not in the archive)
+// gets mtime unless it is zero.
+func extractTar(r io.Reader, dir string, mtime time.Time) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -281,11 +292,24 @@ func extractTar(r io.Reader, dir string) error {
 		return err
 	}
 	defer root.Close()
+	// Directories get their mtimes once everything is in them (adding an
+	// entry changes its directory's), deepest first.
+	type dirTime struct {
+		name  string
+		mtime time.Time
+	}
+	var dirs []dirTime
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return nil
+			sort.SliceStable(dirs, func(i, j int) bool { return strings.Count(dirs[i].name, "/") > strings.Count(dirs[j].name, "/") })
+			for _, d := range dirs {
+				if err := root.Chtimes(d.name, time.Time{}, d.mtime); err != nil {
+					return fmt.Errorf("archive entry %q: %w", d.name, err)
+				}
+			}
+			return root.Chtimes(".", time.Time{}, mtime)
 		}
 		if err != nil {
 			return fmt.Errorf("reading archive: %w", err)
@@ -304,6 +328,9 @@ func extractTar(r io.Reader, dir string) error {
 			if err := root.MkdirAll(name, perm|0o700); err != nil {
 				return fmt.Errorf("archive entry %q: %w", h.Name, err)
 			}
+			if !h.ModTime.IsZero() {
+				dirs = append(dirs, dirTime{name, h.ModTime})
+			}
 		case tar.TypeReg:
 			if err := replaceable(root, name); err != nil {
 				return fmt.Errorf("archive entry %q: %w", h.Name, err)
@@ -315,6 +342,10 @@ func extractTar(r io.Reader, dir string) error {
 			_, err = io.Copy(f, tr)
 			if cerr := f.Close(); err == nil {
 				err = cerr
+			}
+			if err == nil && !h.ModTime.IsZero() {
+				// The file was just made by this open: not a symlink.
+				err = root.Chtimes(name, time.Time{}, h.ModTime)
 			}
 			if err != nil {
 				return fmt.Errorf("archive entry %q: %w", h.Name, err)

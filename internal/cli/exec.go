@@ -3,12 +3,14 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -17,27 +19,29 @@ import (
 	"github.com/airlockhq/airlock/client"
 )
 
-// Exit codes for an exec that did not exit by itself (documented in exec's help).
-const (
-	exitCannotRun = 127 // the command could not start (no such binary, bad cwd or user)
-	exitOOM       = 137 // 128 + SIGKILL: what a shell shows for an OOM kill
-)
+// execFailedCode is the exec error code of a command that could not start
+// (api.ExecResult.ErrorCode; its Error says why, e.g. "executable file not
+// found").
+const execFailedCode = "exec_failed"
 
 func (a *app) newExecCmd() *cobra.Command {
 	var f execFlags
 	cmd := &cobra.Command{
-		Use:   "exec SANDBOX [flags] -- CMD [ARG…]",
-		Short: "Run a command in a sandbox, streaming its output",
+		Use:         "exec SANDBOX [flags] -- CMD [ARG…]",
+		Annotations: map[string]string{sandboxRunner: "true"},
+		Short:       "Run a command in a sandbox, streaming its output",
 		Long: `Run a command in a sandbox and stream its stdout and stderr as they happen.
-If the connection drops, the output resumes where it stopped.
+If the connection drops, the output resumes where it stopped. With -o json
+nothing is streamed: the exec's result, its stdout and stderr included, is
+printed as one JSON object once it ended.
 
-The exit status is the command's. When the command did not exit by itself:
-124 it hit --timeout, 128+N it was killed by signal N, 137 it ran out of
-memory, 127 it could not start. Ctrl-C sends SIGINT to the command (its
-whole process tree); a second Ctrl-C detaches and leaves it running.
+Ctrl-C sends SIGINT to the command (its whole process tree); a second
+Ctrl-C detaches and leaves it running.
 
 Without -i the command's stdin is empty; with -i this process's stdin is
-streamed to it until EOF.`,
+streamed to it until EOF.
+
+` + exitCodesHelp,
 		Example: `  airlock exec sbx_… -- python3 -c 'print(1+1)'
   airlock exec --user root --cwd /tmp sbx_… -- ls -la
   airlock exec --shell 'cd /tmp && make' sbx_…
@@ -121,7 +125,8 @@ func (a *app) pumpStdin(ctx context.Context, c *client.Client, sandboxID, execID
 // and stdin (when not nil) to the command, and returns the exit code the CLI
 // should end with. With forwardInterrupt the first interrupt is sent to the
 // command as SIGINT and a second one detaches; without, the first interrupt
-// stops the stream at once.
+// stops the stream at once. With -o json the output is collected instead
+// and printed with the result as one JSON object.
 func (a *app) streamExec(ctx context.Context, c *client.Client, sandboxID string, req api.ExecRequest, stdin io.Reader, forwardInterrupt bool) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -139,6 +144,12 @@ func (a *app) streamExec(ctx context.Context, c *client.Client, sandboxID string
 		execID      string
 		interrupted bool
 	)
+	outw, errw := a.stdout, a.stderr
+	var outBuf, errBuf bytes.Buffer
+	jsonOut := a.output == "json"
+	if jsonOut {
+		outw, errw = &outBuf, &errBuf
+	}
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -179,8 +190,8 @@ func (a *app) streamExec(ctx context.Context, c *client.Client, sandboxID string
 		},
 		// A failed write (a closed pipe) must not stop the command's
 		// stream: keep draining so the exit status still arrives.
-		OnStdout: func(p []byte) { _, _ = a.stdout.Write(p) },
-		OnStderr: func(p []byte) { _, _ = a.stderr.Write(p) },
+		OnStdout: func(p []byte) { _, _ = outw.Write(p) },
+		OnStderr: func(p []byte) { _, _ = errw.Write(p) },
 	})
 	canceled := ctx.Err() != nil // by a second interrupt, before our own cancel
 	cancel()                     // the stream is over: stop feeding stdin
@@ -198,46 +209,90 @@ func (a *app) streamExec(ctx context.Context, c *client.Client, sandboxID string
 		}
 		return 0, err
 	}
+	if jsonOut {
+		withOutput(res, outBuf.Bytes(), errBuf.Bytes())
+		if err := printJSON(a.stdout, res); err != nil {
+			return 0, err
+		}
+	}
 	return a.resultCode(res, wasInterrupted), nil
 }
 
-// resultCode maps an exec's outcome to the CLI's exit code, explaining on
-// stderr any end that was not a plain exit.
+// withOutput sets res's stdout and stderr as the API's JSON mode gives
+// them: text, or both base64 with encoding "base64" when either is not
+// UTF-8.
+func withOutput(res *api.ExecResult, stdout, stderr []byte) {
+	o, e := string(stdout), string(stderr)
+	res.Encoding = ""
+	if !utf8.Valid(stdout) || !utf8.Valid(stderr) {
+		o, e = base64.StdEncoding.EncodeToString(stdout), base64.StdEncoding.EncodeToString(stderr)
+		res.Encoding = "base64"
+	}
+	res.Stdout, res.Stderr = &o, &e
+}
+
+// resultCode maps an exec's outcome to the CLI's exit code (exitCodesHelp),
+// explaining on stderr any end that was not a plain exit.
 func (a *app) resultCode(res *api.ExecResult, interrupted bool) int {
 	if res.Truncated {
 		fmt.Fprintln(a.stderr, "airlock: output was truncated at the server's cap (truncated)")
 	}
+	code, why := execExit(res)
+	if why != "" && !(interrupted && res.Status == api.ExecKilled) {
+		fmt.Fprintf(a.stderr, "airlock: %s\n", why)
+	}
+	return code
+}
+
+// execExit is the exit code of an exec's outcome and, for an end that was
+// not a plain exit, why in one line "message (code)".
+func execExit(res *api.ExecResult) (int, string) {
+	codeOr := func(def string) string { return orDefault(res.ErrorCode, def) }
 	switch res.Status {
 	case api.ExecExited:
 		if res.ExitCode == nil {
-			return exitError
+			return exitAirlock, "the server reported no exit code (internal)"
 		}
-		return *res.ExitCode
+		return *res.ExitCode, ""
 	case api.ExecTimeout:
-		fmt.Fprintln(a.stderr, "airlock: command timed out (timeout)")
-		return exitTimeout
+		return exitTimeout, "command timed out (" + codeOr(api.ExecCodeTimeout) + ")"
 	case api.ExecOOM:
-		fmt.Fprintln(a.stderr, "airlock: command ran out of memory (oom)")
-		return exitOOM
+		return exitOOM, "command ran out of memory (" + codeOr(api.ExecCodeOOM) + ")"
 	case api.ExecKilled:
-		n := signalNumber(res.Signal)
-		if !interrupted {
-			fmt.Fprintf(a.stderr, "airlock: command killed by %s (killed)\n", orDefault(res.Signal, "a signal"))
+		if n := signalNumber(res.Signal); n > 0 {
+			return exitSignal + n, fmt.Sprintf("command killed by %s (%s)", res.Signal, codeOr(api.ExecCodeSignaled))
 		}
-		if n > 0 {
-			return 128 + n
-		}
-		return exitError
+		// No signal of its own: its sandbox stopped or expired under it,
+		// and took it down with SIGKILL.
+		return exitSignal + int(unix.SIGKILL), fmt.Sprintf("command killed: %s (%s)", orDefault(res.Error, "its sandbox stopped"), codeOr(api.ExecCodeSandboxStopped))
 	case api.ExecError:
-		fmt.Fprintf(a.stderr, "airlock: %s (exec_failed)\n", orDefault(res.Error, "command could not start"))
-		return exitCannotRun
-	default:
-		if res.ExitCode != nil {
-			return *res.ExitCode
+		switch res.ErrorCode {
+		case execFailedCode, "":
+			why := orDefault(res.Error, "command could not start")
+			return cannotRunCode(why), why + " (" + execFailedCode + ")"
 		}
-		fmt.Fprintf(a.stderr, "airlock: command ended with status %q (%s)\n", res.Status, res.Status)
-		return exitError
+		// The platform's failure (agent lost, sandbox crashed), not the
+		// command's.
+		return exitAirlock, fmt.Sprintf("%s (%s)", orDefault(res.Error, "the exec failed"), res.ErrorCode)
 	}
+	if res.ExitCode != nil {
+		return *res.ExitCode, ""
+	}
+	return exitAirlock, fmt.Sprintf("command ended with status %q (%s)", res.Status, codeOr(res.Status))
+}
+
+// cannotRunCode tells a command that was not found (127) from one that was
+// found but could not be executed (126) by the reason the server gave, as
+// a shell would; an unclear reason is 126.
+func cannotRunCode(reason string) int {
+	r := strings.ToLower(reason)
+	switch {
+	case strings.Contains(r, "cwd"), strings.Contains(r, "chdir"), strings.Contains(r, "working directory"):
+		return exitCannotExec // the directory is missing, not the command
+	case strings.Contains(r, "not found"), strings.Contains(r, "no such file"):
+		return exitNotFound
+	}
+	return exitCannotExec
 }
 
 // signalNumber reads "SIGKILL", "KILL" or "9".

@@ -46,13 +46,24 @@ type fakeAPI struct {
 	// stdin carries what POST …/stdin wrote to the running exec; closed on eof.
 	stdin      chan []byte
 	stdinSizes []int
+	// builds are templates being built, by name: a create of one answers
+	// template_building until its build was followed to its end.
+	builds map[string]*fakeBuild
+}
+
+// fakeBuild is a template build that ends as soon as a client follows it.
+type fakeBuild struct {
+	id, log string
+	failed  bool
+	done    bool
 }
 
 type fakeFile struct {
-	data []byte
-	mode string
-	dir  bool
-	link string
+	data  []byte
+	mode  string
+	dir   bool
+	link  string
+	mtime time.Time
 }
 
 func newFakeAPI(t *testing.T) (*fakeAPI, *httptest.Server) {
@@ -63,6 +74,7 @@ func newFakeAPI(t *testing.T) (*fakeAPI, *httptest.Server) {
 		evilTars:    map[string][]byte{},
 		execStarted: make(chan struct{}),
 		stdin:       make(chan []byte, 64),
+		builds:      map[string]*fakeBuild{},
 	}
 	srv := httptest.NewServer(f.routes())
 	t.Cleanup(srv.Close)
@@ -108,7 +120,21 @@ func (f *fakeAPI) routes() http.Handler {
 		f.created = append(f.created, req)
 		f.idem = append(f.idem, r.Header.Get("Idempotency-Key"))
 		id := fmt.Sprintf("sbx_new%d", len(f.created))
+		b := f.builds[req.Template]
 		f.mu.Unlock()
+		if b != nil && !b.done {
+			// The real server waits with wait_for_template; this fake's
+			// builds only end when followed, so it refuses either way.
+			w.Header().Set("Retry-After", "60")
+			fwriteJSON(w, 503, api.ErrorBody{Error: api.ErrorDetail{Code: api.CodeTemplateBuilding, BuildID: b.id,
+				Message: "template " + req.Template + " is being built", RequestID: "req_t"}})
+			return
+		}
+		if b != nil && b.failed {
+			fwriteJSON(w, 424, api.ErrorBody{Error: api.ErrorDetail{Code: api.CodeTemplateBuildFailed, BuildID: b.id,
+				Message: "template " + req.Template + " could not be built", RequestID: "req_t"}})
+			return
+		}
 		f.addSandbox(id)
 		f.mu.Lock()
 		s := *f.sandboxes[id]
@@ -197,9 +223,9 @@ func (f *fakeAPI) routes() http.Handler {
 		case !ok:
 			fwriteErr(w, 404, api.CodeNotFound, "no such file or directory", s.ID)
 		case e.dir:
-			fwriteJSON(w, 200, api.FileInfo{Name: path.Base(p), Path: p, Type: "dir", Mode: e.mode})
+			fwriteJSON(w, 200, api.FileInfo{Name: path.Base(p), Path: p, Type: "dir", Mode: e.mode, ModifiedAt: e.mtime})
 		default:
-			fwriteJSON(w, 200, api.FileInfo{Name: path.Base(p), Path: p, Type: "file", Size: int64(len(e.data)), Mode: e.mode})
+			fwriteJSON(w, 200, api.FileInfo{Name: path.Base(p), Path: p, Type: "file", Size: int64(len(e.data)), Mode: e.mode, ModifiedAt: e.mtime})
 		}
 	}))
 	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", f.withSandbox(f.putFiles))
@@ -215,6 +241,31 @@ func (f *fakeAPI) routes() http.Handler {
 		fwriteJSON(w, 200, api.KeyList{Keys: []api.Key{{ID: "key_1", Tenant: "t1", Name: "ci", Prefix: "ak_go", CreatedAt: time.Now()}}})
 	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}/pty", f.withSandbox(f.pty))
+	mux.HandleFunc("GET /v1/templates/builds/{bid}", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		var b *fakeBuild
+		var name string
+		for n, fb := range f.builds {
+			if fb.id == r.PathValue("bid") {
+				b, name = fb, n
+			}
+		}
+		f.mu.Unlock()
+		if b == nil || r.Header.Get("Accept") != "text/event-stream" {
+			fwriteErr(w, 404, api.CodeNotFound, "build not found", "")
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		sse(w, "log", api.TemplateLogEvent{Data: b.log, Offset: 0})
+		f.mu.Lock()
+		b.done = true
+		f.mu.Unlock()
+		end := api.TemplateBuild{ID: b.id, Name: name, Version: 1, Status: api.BuildReady}
+		if b.failed {
+			end.Status, end.Error = api.BuildFailed, "step 2/2 RUN exit 3: exit code 3"
+		}
+		sse(w, "end", end)
+	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.calls = append(f.calls, r.Method+" "+r.URL.Path)
@@ -269,6 +320,8 @@ func sse(w http.ResponseWriter, event string, v any) {
 //	cat          prints its stdin (given up front, or streamed until eof)
 //	hang         prints "started", then waits for the client to leave
 //	timeout, killed, oom, nosuch   end with that status
+//	notfound, noexec, nocwd, failed, agentlost, expired, term   likewise
+//	binary       prints non-UTF-8 bytes on stdout, exits 0
 func (f *fakeAPI) exec(w http.ResponseWriter, r *http.Request, s *api.Sandbox) {
 	var req api.ExecRequest
 	if !decodeStrict(w, r, &req) {
@@ -331,6 +384,23 @@ func (f *fakeAPI) exec(w http.ResponseWriter, r *http.Request, s *api.Sandbox) {
 		res = api.ExecResult{ID: "ex_1", Status: api.ExecOOM, Signal: "SIGKILL"}
 	case "nosuch":
 		res = api.ExecResult{ID: "ex_1", Status: api.ExecError, Error: `exec: "nosuch": executable file not found`}
+	case "notfound":
+		res = api.ExecResult{ID: "ex_1", Status: api.ExecError, ErrorCode: "exec_failed", Error: `exec: "notfound": executable file not found in $PATH`}
+	case "noexec":
+		res = api.ExecResult{ID: "ex_1", Status: api.ExecError, ErrorCode: "exec_failed", Error: `fork/exec /home/user/noexec: permission denied`}
+	case "nocwd":
+		res = api.ExecResult{ID: "ex_1", Status: api.ExecError, ErrorCode: "exec_failed", Error: `chdir /nope: no such file or directory`}
+	case "failed":
+		res = api.ExecResult{ID: "ex_1", Status: api.ExecError, ErrorCode: "exec_failed"}
+	case "agentlost":
+		res = api.ExecResult{ID: "ex_1", Status: api.ExecError, ErrorCode: api.ExecCodeAgentUnavailable, Error: "lost connection to the sandbox agent"}
+	case "expired":
+		res = api.ExecResult{ID: "ex_1", Status: api.ExecKilled, ErrorCode: api.ExecCodeSandboxStopped, Error: "sandbox stopped"}
+	case "term":
+		res = api.ExecResult{ID: "ex_1", Status: api.ExecKilled, ErrorCode: api.ExecCodeSignaled, Signal: "SIGTERM"}
+	case "binary":
+		out("stdout", "\xff\xfe")
+		out("stderr", "warn\n")
 	default:
 		res.ExitCode = nil
 		res.Status = api.ExecError
@@ -377,11 +447,11 @@ func (f *fakeAPI) putFiles(w http.ResponseWriter, r *http.Request, s *api.Sandbo
 		full := path.Join(p, name)
 		switch h.Typeflag {
 		case tar.TypeDir:
-			f.files[full] = &fakeFile{dir: true, mode: fmt.Sprintf("%04o", h.Mode&0o7777)}
+			f.files[full] = &fakeFile{dir: true, mode: fmt.Sprintf("%04o", h.Mode&0o7777), mtime: h.ModTime}
 		case tar.TypeReg:
 			b, _ := io.ReadAll(tr)
 			total += int64(len(b))
-			f.files[full] = &fakeFile{data: b, mode: fmt.Sprintf("%04o", h.Mode&0o7777)}
+			f.files[full] = &fakeFile{data: b, mode: fmt.Sprintf("%04o", h.Mode&0o7777), mtime: h.ModTime}
 		case tar.TypeSymlink:
 			f.files[full] = &fakeFile{link: h.Linkname}
 		}
@@ -423,11 +493,11 @@ func (f *fakeAPI) getFiles(w http.ResponseWriter, r *http.Request, s *api.Sandbo
 		mode, _ := strconv.ParseInt(e.mode, 8, 64)
 		switch {
 		case e.dir:
-			tw.WriteHeader(&tar.Header{Name: rel + "/", Typeflag: tar.TypeDir, Mode: mode})
+			tw.WriteHeader(&tar.Header{Name: rel + "/", Typeflag: tar.TypeDir, Mode: mode, ModTime: e.mtime})
 		case e.link != "":
 			tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeSymlink, Linkname: e.link, Mode: 0o777})
 		default:
-			tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: mode, Size: int64(len(e.data))})
+			tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: mode, Size: int64(len(e.data)), ModTime: e.mtime})
 			tw.Write(e.data)
 		}
 	}

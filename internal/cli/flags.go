@@ -74,6 +74,8 @@ type createFlags struct {
 	allow              []string
 	idempotencyKey     string
 	withIdempotencyKey bool
+	// waitTemplate waits for a template that is being built (its first use).
+	waitTemplate bool
 }
 
 // register adds the flags; ttlFlag names the time-to-live flag ("timeout"
@@ -90,6 +92,7 @@ func (f *createFlags) register(cmd *cobra.Command, ttlFlag string, idempotency b
 	fl.StringArrayVar(&f.meta, "meta", nil, "metadata KEY=VALUE (repeatable)")
 	fl.StringVar(&f.network, "network", "", "network mode: none, allowlist or open (server default: none)")
 	fl.StringArrayVar(&f.allow, "allow", nil, "with --network allowlist: a domain or CIDR[:port] to allow (repeatable)")
+	fl.BoolVar(&f.waitTemplate, "wait-template", true, "wait for a template that is being built (its first use), showing its build's log; false: fail at once (template_building)")
 	if idempotency {
 		f.withIdempotencyKey = true
 		fl.StringVar(&f.idempotencyKey, "idempotency-key", "", "retry-safe creation: the same key returns the same sandbox")

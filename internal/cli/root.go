@@ -17,12 +17,38 @@ import (
 	"github.com/airlockhq/airlock/client"
 )
 
-// Exit codes of the CLI besides a command's own (see exec).
+// Exit codes of the CLI besides a command's own. The commands that run
+// something in a sandbox (exec, run, code, shell) follow docker's and
+// kubectl's exec: 125 is airlock's own failure, 126 and 127 a command that
+// could not start, 128+N a command killed by signal N; every other
+// command exits 1 on an error (see exitCodesHelp).
 const (
-	exitError       = 1   // any error, with a one-line message on stderr
+	exitError       = 1   // an error of a command that runs nothing in a sandbox
 	exitTimeout     = 124 // the command hit its timeout (as timeout(1))
-	exitInterrupted = 130 // 128 + SIGINT
+	exitAirlock     = 125 // airlock itself failed: a bad flag, an API error, no server
+	exitCannotExec  = 126 // the command was found but could not be executed
+	exitNotFound    = 127 // the command was not found
+	exitSignal      = 128 // + N: the command was killed by signal N
+	exitOOM         = exitSignal + 9
+	exitInterrupted = exitSignal + 2 // Ctrl-C: the command got SIGINT, or airlock stopped waiting
 )
+
+// exitCodesHelp documents the exit status of exec, run, code and shell.
+const exitCodesHelp = `Exit status (as docker and kubectl exec):
+  the command's own   it exited by itself
+  124                 it hit --timeout (as timeout(1))
+  125                 airlock failed: a bad flag, an API error, no server,
+                      the sandbox's agent lost
+  126                 the command could not be executed (permission denied,
+                      not an executable, …)
+  127                 the command was not found
+  128+N               it was killed by signal N: 137 (SIGKILL) also when it
+                      ran out of memory or its sandbox stopped or expired
+                      under it, 130 when interrupted with Ctrl-C`
+
+// sandboxRunner marks the commands whose errors exit exitAirlock (125)
+// rather than 1, since their own success codes are a command's.
+const sandboxRunner = "airlock/runs-in-sandbox"
 
 // app is one invocation of the CLI: its streams, environment and flags.
 type app struct {
@@ -79,7 +105,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return 0
 	}
@@ -92,6 +118,9 @@ func (a *app) run(ctx context.Context, args []string) int {
 		ae.Message += "; no API key found: set AIRLOCK_API_KEY or ~/.config/airlock/key (see airlock --help)"
 	}
 	fmt.Fprintf(a.stderr, "airlock: %s\n", oneLine(err))
+	if cmd != nil && cmd.Annotations[sandboxRunner] != "" {
+		return exitAirlock
+	}
 	return exitError
 }
 
@@ -155,8 +184,11 @@ API key, the first found of:
 The server prints its admin key once, on its first start; store it in one of
 these places (e.g. install -m 600 /dev/stdin ~/.config/airlock/key).
 
-Exit status: the command's own for exec and run; 1 for an error, reported on
-stderr as one line "airlock: <message> (<code>)".`,
+Errors are reported on stderr as one line "airlock: <message> (<code>)".
+Exit status: 0, or 1 for an error; exec, run, code and shell exit with the
+command's own status, 124 for its timeout, 125 for an error of airlock's,
+126/127 for a command that could not start, 128+N for a command killed by
+signal N (see airlock exec --help).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// Parsing errors are usage errors; cobra reports them as plain errors.

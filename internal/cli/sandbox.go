@@ -117,7 +117,12 @@ func (a *app) newSandboxCreateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its id once it is ready",
-		Args:  cobra.NoArgs,
+		Long: `Create a sandbox and print its id once it is ready (with -o json, the sandbox).
+A template that is being built (the first use of python or code-interpreter
+builds it, for a few minutes) is waited for, its build's log shown on stderr;
+--wait-template=false fails at once with template_building instead.
+Ctrl-C deletes the sandbox once its create answered.`,
+		Args: cobra.NoArgs,
 		Example: `  airlock sandbox create --template base --memory 1G --timeout 10m --meta user=u-42
   SBX=$(airlock sandbox create) && airlock exec "$SBX" -- uname -a`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -134,9 +139,15 @@ func (a *app) newSandboxCreateCmd() *cobra.Command {
 			if f.idempotencyKey != "" {
 				opts = append(opts, client.WithIdempotencyKey(f.idempotencyKey))
 			}
-			sbx, err := c.CreateSandbox(cmd.Context(), req, opts...)
+			sbx, aborted, err := a.createSandbox(cmd.Context(), c, req, f.waitTemplate, opts...)
 			if err != nil {
 				return err
+			}
+			if aborted {
+				if sbx != nil {
+					a.deleteQuietly(cmd.Context(), c, sbx.ID)
+				}
+				return exitCodeError{exitInterrupted}
 			}
 			if a.output == "json" {
 				return printJSON(a.stdout, sbx)

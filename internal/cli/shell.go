@@ -15,11 +15,14 @@ import (
 func (a *app) newShellCmd() *cobra.Command {
 	var user, cwd string
 	cmd := &cobra.Command{
-		Use:   "shell SANDBOX [-- CMD [ARG…]]",
-		Short: "Open an interactive terminal in a sandbox",
+		Use:         "shell SANDBOX [-- CMD [ARG…]]",
+		Annotations: map[string]string{sandboxRunner: "true"},
+		Short:       "Open an interactive terminal in a sandbox",
 		Long: `Open an interactive terminal in a sandbox (a PTY over a WebSocket). The local
 terminal is put in raw mode, so Ctrl-C and friends reach the sandbox, and its
-size follows the local window. The exit status is the shell's.`,
+size follows the local window.
+
+` + exitCodesHelp,
 		Example: `  airlock shell sbx_…
   airlock shell --user root sbx_… -- /usr/bin/python3 -q`,
 		Args: cobra.MinimumNArgs(1),
@@ -101,18 +104,14 @@ func ttyFd(f any) (int, bool) {
 	return fd, term.IsTerminal(fd)
 }
 
-// shellExit turns the terminal process's result into the CLI's exit.
+// shellExit turns the terminal process's result into the CLI's exit, as
+// exec's (exitCodesHelp).
 func shellExit(res *api.ExecResult) error {
-	if res == nil || res.ExitCode == nil {
-		if res != nil && res.Status == api.ExecKilled {
-			if n := signalNumber(res.Signal); n > 0 {
-				return exitCodeError{128 + n}
-			}
-		}
+	if res == nil || (res.Status == "" && res.ExitCode == nil) {
 		return nil // the server did not say; the session ended normally
 	}
-	if *res.ExitCode != 0 {
-		return exitCodeError{*res.ExitCode}
+	if code, _ := execExit(res); code != 0 {
+		return exitCodeError{code}
 	}
 	return nil
 }

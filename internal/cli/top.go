@@ -35,7 +35,9 @@ func (a *app) newTopCmd() *cobra.Command {
 		Short: "Show live sandboxes by CPU use",
 		Long: `Show the live sandboxes with their CPU use (percent of one core, between
 the daemon's last two samples), memory, PIDs and age, busiest first, redrawn
-every 2 seconds. q or Ctrl-C quits; --once prints one frame and exits.`,
+every 2 seconds. q or Ctrl-C quits; --once prints one frame and exits. With
+-o json one JSON array of the same rows is printed (cpu_percent null when
+unknown), as --once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client()
@@ -44,10 +46,13 @@ every 2 seconds. q or Ctrl-C quits; --once prints one frame and exits.`,
 			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
-			if once {
+			if once || a.output == "json" {
 				rows, err := topRows(ctx, c)
 				if err != nil {
 					return err
+				}
+				if a.output == "json" {
+					return printJSON(a.stdout, topJSON(rows))
 				}
 				return writeTop(a.stdout, rows, time.Now())
 			}
@@ -160,4 +165,32 @@ func writeTop(w io.Writer, rows []topRow, now time.Time) error {
 			strconv.FormatUint(r.pid, 10), now.Sub(r.sb.CreatedAt).Truncate(time.Second).String())
 	}
 	return t.flush()
+}
+
+// topEntry is one row of `airlock top -o json`.
+type topEntry struct {
+	ID        string    `json:"id"`
+	Tenant    string    `json:"tenant"`
+	Template  string    `json:"template"`
+	State     string    `json:"state"`
+	CreatedAt time.Time `json:"created_at"`
+	// CPUPercent is of one core between the last two samples; null
+	// before there are two.
+	CPUPercent  *float64 `json:"cpu_percent"`
+	MemoryBytes uint64   `json:"memory_bytes"`
+	PIDs        uint64   `json:"pids"`
+}
+
+func topJSON(rows []topRow) []topEntry {
+	out := make([]topEntry, 0, len(rows))
+	for _, r := range rows {
+		e := topEntry{ID: r.sb.ID, Tenant: r.sb.Tenant, Template: r.sb.Template, State: r.sb.State, CreatedAt: r.sb.CreatedAt,
+			MemoryBytes: r.mem, PIDs: r.pid}
+		if r.cpu >= 0 {
+			cpu := r.cpu
+			e.CPUPercent = &cpu
+		}
+		out = append(out, e)
+	}
+	return out
 }

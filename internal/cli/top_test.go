@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -96,5 +97,33 @@ func TestTopOnce(t *testing.T) {
 	}
 	if strings.Contains(r.stdout, "\x1b[") {
 		t.Errorf("--once wrote terminal escapes: %q", r.stdout)
+	}
+}
+
+// TestTopJSON: -o json prints the rows as one JSON array (and, as --once,
+// one frame), cpu_percent null while unknown.
+func TestTopJSON(t *testing.T) {
+	now := time.Now()
+	url := fakeTop(t, []api.Sandbox{
+		{ID: "sb_a", Tenant: "t1", Template: "base", State: api.StateRunning, CreatedAt: now.Add(-time.Minute)},
+		{ID: "sb_b", Tenant: "t2", Template: "python", State: api.StateRunning, CreatedAt: now},
+	}, map[string]api.SandboxMetrics{
+		"sb_a": {Metrics: api.Metrics{MemoryBytes: 1 << 20, PIDs: 3}, Series: []api.MetricsSample{
+			{Time: now.Add(-10 * time.Second), CPUSeconds: 1}, {Time: now.Add(-5 * time.Second), CPUSeconds: 3.5}}},
+		"sb_b": {Metrics: api.Metrics{MemoryBytes: 2 << 20, PIDs: 1}},
+	})
+	for _, args := range [][]string{{"top", "--once", "-o", "json"}, {"top", "-o", "json"}} {
+		r := runCLI(t, url, args...)
+		if r.code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, r.code, r.stderr)
+		}
+		var rows []map[string]any
+		if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
+			t.Fatalf("%v: stdout is not a JSON array: %v\n%s", args, err, r.stdout)
+		}
+		if len(rows) != 2 || rows[0]["id"] != "sb_a" || rows[0]["cpu_percent"] != 50.0 || rows[0]["memory_bytes"] != float64(1<<20) ||
+			rows[0]["pids"] != 3.0 || rows[1]["id"] != "sb_b" || rows[1]["cpu_percent"] != nil || rows[1]["tenant"] != "t2" {
+			t.Errorf("%v: rows %v", args, rows)
+		}
 	}
 }

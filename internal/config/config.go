@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/hostslot"
 )
 
 // Resources are sandbox limits (the api.Resources shape, kept here so config
@@ -113,6 +114,11 @@ type Config struct {
 	// MaxDownloadMB is each sandbox's cap on bytes fetched from package
 	// registries and allowed hosts; 0 means no cap.
 	MaxDownloadMB int64 `json:"max_download_mb"`
+	// HostSlot pins the daemon to one host slot (internal/hostslot: the
+	// nftables table, veth prefix, subnet, cgroup parent and uid ranges it
+	// uses); nil picks one: the slot the data dir had last, else slot 0
+	// for the default data dir, else the lowest free one.
+	HostSlot *int `json:"host_slot,omitempty"`
 }
 
 // TenantQuota is a tenant's quota besides its sandbox count. 0 means no
@@ -222,6 +228,7 @@ var EnvVars = []string{
 	"AIRLOCK_PREVIEW_LISTEN", "AIRLOCK_PREVIEW_DOMAIN", "AIRLOCK_PACKAGE_CACHE_MB", "AIRLOCK_MAX_DOWNLOAD_MB",
 	"AIRLOCK_TENANT_QUOTA_CPU", "AIRLOCK_TENANT_QUOTA_MEMORY_MB", "AIRLOCK_TENANT_QUOTA_DISK_MB",
 	"AIRLOCK_TENANT_QUOTA_EXECS_PER_MINUTE", "AIRLOCK_KEY_RATE_LIMIT_RPS", "AIRLOCK_KEY_RATE_LIMIT_BURST",
+	"AIRLOCK_HOST_SLOT",
 }
 
 func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
@@ -302,6 +309,13 @@ func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
 	i64("AIRLOCK_TENANT_QUOTA_EXECS_PER_MINUTE", &c.TenantQuota.ExecsPerMinute)
 	float("AIRLOCK_KEY_RATE_LIMIT_RPS", &c.KeyRateLimitRPS)
 	integer("AIRLOCK_KEY_RATE_LIMIT_BURST", &c.KeyRateLimitBurst)
+	if v, ok := lookup("AIRLOCK_HOST_SLOT"); ok && v != "" {
+		if n, err := strconv.Atoi(v); err != nil {
+			fail("AIRLOCK_HOST_SLOT", v, err)
+		} else {
+			c.HostSlot = &n
+		}
+	}
 	return firstErr
 }
 
@@ -321,6 +335,12 @@ func (c Config) Validate() error {
 		return bad("need 0 < default_timeout_s <= max_timeout_s")
 	case c.MaxSandboxes <= 0 || c.MaxSandboxesPerTenant <= 0:
 		return bad("max_sandboxes and max_sandboxes_per_tenant must be positive")
+	case c.MaxSandboxes > hostslot.UIDRanges:
+		// Each runtime of a daemon has that many host uid ranges: the
+		// ranges of every daemon on the host are disjoint.
+		return bad("max_sandboxes is at most %d (the host uid ranges of one daemon)", hostslot.UIDRanges)
+	case c.HostSlot != nil && (*c.HostSlot < 0 || *c.HostSlot >= hostslot.Count):
+		return bad("host_slot must be between 0 and %d", hostslot.Count-1)
 	case c.MaxUploadBytes <= 0 || c.MaxExecTimeoutS <= 0 || c.MaxExecOutputBytes <= 0:
 		return bad("max_upload_bytes, max_exec_timeout_s and max_exec_output_bytes must be positive")
 	case c.MaxEnvBytes <= 0 || c.MaxMetadataBytes <= 0:

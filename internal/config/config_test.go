@@ -73,6 +73,9 @@ func TestValidate(t *testing.T) {
 		{"defaults-over-max", func(c *Config) { c.DefaultResources.MemoryMB = c.MaxResources.MemoryMB + 1 }},
 		{"bad-log-level", func(c *Config) { c.LogLevel = "loud" }},
 		{"zero-upload", func(c *Config) { c.MaxUploadBytes = 0 }},
+		{"more-sandboxes-than-uid-ranges", func(c *Config) { c.MaxSandboxes = 1025 }},
+		{"host-slot-out-of-range", func(c *Config) { n := 16; c.HostSlot = &n }},
+		{"negative-host-slot", func(c *Config) { n := -1; c.HostSlot = &n }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,5 +111,19 @@ func TestOTLPEndpoint(t *testing.T) {
 				t.Fatalf("otlp_endpoint = %q, want %q", c.OTLPEndpoint, tt.want)
 			}
 		})
+	}
+}
+
+func TestHostSlot(t *testing.T) {
+	c, err := Load("", func(string) (string, bool) { return "", false })
+	if err != nil || c.HostSlot != nil {
+		t.Fatalf("default host slot %v %v, want none (picked at start)", c.HostSlot, err)
+	}
+	c, err = Load("", func(k string) (string, bool) { return "3", k == "AIRLOCK_HOST_SLOT" })
+	if err != nil || c.HostSlot == nil || *c.HostSlot != 3 || c.Validate() != nil {
+		t.Fatalf("AIRLOCK_HOST_SLOT=3: %v %v", c.HostSlot, err)
+	}
+	if _, err := Load("", func(k string) (string, bool) { return "one", k == "AIRLOCK_HOST_SLOT" }); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("AIRLOCK_HOST_SLOT=one: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -37,9 +39,12 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/build"
+	"github.com/airlockhq/airlock/internal/cgroups"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver/runc"
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/hostslot"
 	"github.com/airlockhq/airlock/internal/interp"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
@@ -162,6 +167,11 @@ const EnvDefaultNetworkMode = "AIRLOCK_DEFAULT_NETWORK_MODE"
 // that start the real binary must not touch the host's network.
 const EnvNoNetwork = "AIRLOCK_NO_NETWORK"
 
+// EnvTestHostNetNS, for tests that start the real binary, is the path of
+// a network namespace the test made: the daemon's network side (veths,
+// nftables, listeners) lives there instead of in the host's.
+const EnvTestHostNetNS = "AIRLOCK_TEST_HOST_NETNS"
+
 // Run runs the daemon until ctx is done, then shuts down gracefully.
 func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	if opts.Stderr == nil {
@@ -194,14 +204,27 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	if err := reaper.Enable(); err != nil {
 		log.Warn("cannot become a child subreaper", "err", err)
 	}
+	// Searchable, not readable: sandbox uids traverse it to the agent
+	// binary and their sandbox dirs; nothing else in it is theirs.
 	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
 		return fmt.Errorf("creating data dir: %w", err)
+	}
+	if err := os.Chmod(cfg.DataDir, 0o711); err != nil {
+		return fmt.Errorf("data dir: %w", err)
 	}
 	unlock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	// The host slot: every host-wide name this daemon uses (nftables
+	// table, veths, subnet, cgroups, uid ranges) derives from it, so that
+	// daemons on other data dirs never touch its sandboxes, nor it theirs.
+	slot, err := claimSlot(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer slot.Release()
 
 	st, err := store.Open(ctx, filepath.Join(cfg.DataDir, "airlock.db"))
 	if err != nil {
@@ -229,6 +252,9 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	// and with --listen :0 the port is known only once bound.
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("listening on %s: the address is in use (another airlock serve?); give this daemon another --listen: %w", cfg.Listen, err)
+		}
 		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 	}
 	defer ln.Close()
@@ -248,7 +274,8 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	var pln net.Listener
 	if cfg.PreviewListen != "" {
 		if pln, err = net.Listen("tcp", cfg.PreviewListen); err != nil {
-			log.Warn("previews disabled: cannot listen", "addr", cfg.PreviewListen, "err", err)
+			log.Warn("previews disabled: cannot listen (in use by another airlock serve? set preview_listen / AIRLOCK_PREVIEW_LISTEN to another address, or empty)",
+				"addr", cfg.PreviewListen, "err", err)
 			pln = nil
 		} else {
 			defer pln.Close()
@@ -258,7 +285,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	if pln != nil {
 		closed = append(closed, pln.Addr())
 	}
-	nm, regs := newNetwork(cfg, opts, closed, log, func(e network.Event) {
+	nm, regs := newNetwork(cfg, opts, slot.Names, closed, log, &mgr, func(e network.Event) {
 		if m := mgr.Load(); m != nil {
 			m.NetworkEvent(e)
 			return
@@ -285,7 +312,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 		log.Info("base template ready", "version", t.Version)
 	}
 
-	drivers, rd, closeDrivers := newDrivers(cfg, agentPath, log)
+	drivers, rd, closeDrivers := newDrivers(cfg, agentPath, slot.Names, log)
 	defer closeDrivers()
 
 	var buildNet build.NetworkFunc
@@ -356,7 +383,8 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 // mirror as the debian registry set) and returns it with the registry
 // sets it enforces. Without it (opts.NoNetwork, or a host that cannot:
 // not root, no nftables) it returns nil and sandboxes get loopback only.
-func newNetwork(cfg config.Config, opts Options, closed []net.Addr, log *slog.Logger, onEvent func(network.Event), onPackage func(pkgcache.Event)) (*network.Manager, map[string][]string) {
+func newNetwork(cfg config.Config, opts Options, names hostslot.Names, closed []net.Addr, log *slog.Logger, mgr *atomic.Pointer[manager.Manager],
+	onEvent func(network.Event), onPackage func(pkgcache.Event)) (*network.Manager, map[string][]string) {
 	if opts.NoNetwork {
 		return nil, nil
 	}
@@ -375,6 +403,21 @@ func newNetwork(cfg config.Config, opts Options, closed []net.Addr, log *slog.Lo
 		Registries: over,
 		Audit:      onEvent,
 		Logger:     log.With("component", "network"),
+		// The slot's names; every daemon's subnets stay closed.
+		Table: names.Table, IfPrefix: names.IfPrefix, Subnet: names.Subnet, LogGroup: names.LogGroup,
+		SandboxRanges: hostslot.Subnets(),
+		// A network broken from outside is wired again (audited) or,
+		// when it cannot be, its sandbox ends in error network_lost.
+		OnRepair: func(id, what string) {
+			if m := mgr.Load(); m != nil {
+				m.NetworkRepaired(id, what)
+			}
+		},
+		OnLost: func(id string, err error) {
+			if m := mgr.Load(); m != nil {
+				m.NetworkLost(id, err)
+			}
+		},
 	}
 	for _, a := range closed {
 		if ta, ok := a.(*net.TCPAddr); ok {
@@ -399,6 +442,9 @@ func newNetwork(cfg config.Config, opts Options, closed []net.Addr, log *slog.Lo
 	}
 	if opts.Network != nil {
 		opts.Network(&ncfg)
+	}
+	if p := os.Getenv(EnvTestHostNetNS); p != "" && ncfg.HostNetNS == "" {
+		ncfg.HostNetNS = p
 	}
 	regs := network.DefaultRegistries(ncfg.Registries)
 	ncfg.Registries = regs
@@ -473,9 +519,9 @@ func newBuilder(ctx context.Context, cfg config.Config, st *store.Store, tmpl *t
 	return b, nil
 }
 
-// runcIDCount is the size of a runc sandbox's id range (runc.Config's
-// default, which the daemon uses).
-const runcIDCount = 65536
+// runcIDCount is the size of a runc sandbox's id range (the daemon gives
+// runc.Config this).
+const runcIDCount = hostslot.IDCount
 
 // runcUpperDir finds a runc sandbox's writable layer where internal/storage
 // puts it (<sandboxes>/<id>/storage/rw/upper). The rw mount is owned by the
@@ -582,18 +628,100 @@ func checkExecutable(p string) (string, error) {
 }
 
 // lockDataDir takes an exclusive lock on the data dir: two daemons on one
-// data dir would each think they own every sandbox in it.
+// data dir would each think they own every sandbox in it. The lock file
+// names the holder's pid, so that a refusal can say who it is.
 func lockDataDir(dir string) (func(), error) {
 	f, err := os.OpenFile(filepath.Join(dir, "airlock.lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock file: %w", err)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
+		defer f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("another airlock serve is using %s", dir)
+			b := make([]byte, 32)
+			n, _ := f.ReadAt(b, 0)
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n]))); err == nil && pid > 0 {
+				return nil, errdefs.Wrap(errdefs.ErrConflict, "another airlock serve (pid %d) is using data dir %s", pid, dir)
+			}
+			return nil, errdefs.Wrap(errdefs.ErrConflict, "another airlock serve is using data dir %s", dir)
 		}
 		return nil, fmt.Errorf("locking %s: %w", dir, err)
 	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
 	return func() { f.Close() }, nil
+}
+
+// claimSlot claims the data dir's host slot (internal/hostslot). The
+// default data dir, and one a daemon used before slots existed (it has a
+// store but remembers no slot: its sandboxes have slot 0's names), ask for
+// slot 0. A daemon that cannot claim one because it is not root cannot
+// make host-wide resources either: it runs with slot 0's names, unclaimed.
+func claimSlot(cfg config.Config, log *slog.Logger) (*hostslot.Claim, error) {
+	_, remembers := hostslot.Remembered(cfg.DataDir)
+	_, statErr := os.Stat(filepath.Join(cfg.DataDir, "airlock.db"))
+	preferZero := filepath.Clean(cfg.DataDir) == config.Default().DataDir || (statErr == nil && !remembers)
+	sandboxDirs := []string{filepath.Join(cfg.DataDir, "sandboxes"), filepath.Join(cfg.DataDir, "gvisor", "sandboxes")}
+	c, err := hostslot.Acquire(cfg.DataDir, hostslot.Options{
+		Pin: cfg.HostSlot, PreferZero: preferZero,
+		Owns: func(id string) bool {
+			for _, d := range sandboxDirs {
+				if _, err := os.Lstat(filepath.Join(d, id)); err == nil {
+					return true
+				}
+			}
+			return false
+		},
+	})
+	if err != nil {
+		if errors.Is(err, fs.ErrPermission) && os.Geteuid() != 0 {
+			log.Warn("not root: no host slot claimed (sandboxes cannot run here)", "err", err)
+			return &hostslot.Claim{Names: hostslot.NamesOf(0), DataDir: cfg.DataDir}, nil
+		}
+		return nil, err
+	}
+	n := c.Names
+	log.Info("host slot claimed", "slot", n.Slot, "claim", c.Path, "nft_table", n.Table, "veth_prefix", n.IfPrefix,
+		"subnet", n.Subnet.String(), "cgroup", n.CgroupParent, "runc_uid_start", n.RuncUIDStart)
+	if n.Slot > 0 {
+		sharedTaskBudget(log)
+	}
+	return c, nil
+}
+
+// sharedTaskBudget gives the "airlock" cgroup, under which every slot's
+// sandboxes live, the task budget the runc driver gives its own parent
+// (half of the host's pid space) when it has none yet (no slot-0 daemon
+// ran): the sandboxes of every daemon together can never exhaust the
+// host's pids.
+func sharedTaskBudget(log *slog.Logger) {
+	h, err := cgroups.Load()
+	if err != nil || !h.Has("pids") {
+		return
+	}
+	top := h.Group(hostslot.NamesOf(0).CgroupParent)
+	for _, d := range top.Dirs() {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			log.Warn("creating the sandboxes' shared cgroup", "err", err)
+			return
+		}
+	}
+	if cur, err := top.PIDsMax(); err == nil && cur >= 0 {
+		return
+	}
+	space := int64(0)
+	for _, p := range []string{"/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"} {
+		b, err := os.ReadFile(p)
+		v, perr := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil || perr != nil {
+			return
+		}
+		if space == 0 || v < space {
+			space = v
+		}
+	}
+	if err := top.SetPIDsMax(max(space/2, 1)); err != nil {
+		log.Warn("limiting the tasks of every daemon's sandboxes together", "err", err)
+	}
 }

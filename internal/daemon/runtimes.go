@@ -10,6 +10,7 @@ import (
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/driver/gvisor"
 	"github.com/airlockhq/airlock/internal/driver/runc"
+	"github.com/airlockhq/airlock/internal/hostslot"
 )
 
 // gvisorProbeTimeout bounds the start-up probe of runsc: it starts a
@@ -25,9 +26,13 @@ const gvisorProbeTimeout = 30 * time.Second
 // manager refuses to create sandboxes on an unhealthy runtime
 // (runtime_unavailable), GET /v1/info shows why it is unhealthy, and
 // sandboxes of an earlier daemon can still be recovered or destroyed.
-func newDrivers(cfg config.Config, agentPath string, log *slog.Logger) (drivers []driver.Driver, rd *runc.Driver, closeAll func()) {
+//
+// The cgroup parent and uid ranges are the host slot's (names): no two
+// daemons' sandboxes share host uids.
+func newDrivers(cfg config.Config, agentPath string, names hostslot.Names, log *slog.Logger) (drivers []driver.Driver, rd *runc.Driver, closeAll func()) {
 	var closers []func()
-	rd, err := runc.New(runc.Config{DataDir: cfg.DataDir, AgentPath: agentPath, Logger: log, MaxSandboxes: max(cfg.MaxSandboxes, 1024)})
+	rd, err := runc.New(runc.Config{DataDir: cfg.DataDir, AgentPath: agentPath, Logger: log, MaxSandboxes: hostslot.UIDRanges,
+		CgroupParent: names.CgroupParent, UIDRangeStart: names.RuncUIDStart, IDCount: hostslot.IDCount})
 	if err != nil {
 		log.Warn("runc driver unavailable", "err", err)
 		rd = nil
@@ -39,7 +44,8 @@ func newDrivers(cfg config.Config, agentPath string, log *slog.Logger) (drivers 
 	// driver, and its uid ranges start above runc's.
 	gd, err := gvisor.New(gvisor.Config{
 		DataDir: filepath.Join(cfg.DataDir, "gvisor"), AgentPath: agentPath, Logger: log,
-		MaxSandboxes: max(cfg.MaxSandboxes, 1024), Platform: cfg.GVisorPlatform,
+		MaxSandboxes: hostslot.UIDRanges, Platform: cfg.GVisorPlatform,
+		CgroupParent: names.CgroupParent, UIDRangeStart: names.GVisorUIDStart,
 	})
 	if err != nil {
 		log.Warn("gvisor driver unavailable", "err", err)

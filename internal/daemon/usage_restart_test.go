@@ -34,10 +34,16 @@ type servedProc struct {
 // /healthz answers on addr.
 func startServe(t *testing.T, bin, agent, dataDir, addr, key string, sampleS int) *servedProc {
 	t.Helper()
+	return startServeEnv(t, bin, agent, dataDir, addr, key, "AIRLOCK_SAMPLE_INTERVAL_S="+strconv.Itoa(sampleS), EnvNoNetwork+"=1")
+}
+
+// startServeEnv is startServe with the daemon's extra environment (e.g.
+// EnvTestHostNetNS instead of EnvNoNetwork).
+func startServeEnv(t *testing.T, bin, agent, dataDir, addr, key string, env ...string) *servedProc {
+	t.Helper()
 	cmd := exec.Command(bin, "serve", "--listen", addr, "--data-dir", dataDir, "--agent-path", agent,
 		"--no-prepare", "--log-level", "info")
-	cmd.Env = append(os.Environ(), "AIRLOCK_ADMIN_KEY="+key, "AIRLOCK_SAMPLE_INTERVAL_S="+strconv.Itoa(sampleS),
-		EnvNoNetwork+"=1", "AIRLOCK_SHUTDOWN_TIMEOUT_S=5")
+	cmd.Env = append(append(os.Environ(), "AIRLOCK_ADMIN_KEY="+key, "AIRLOCK_SHUTDOWN_TIMEOUT_S=5"), env...)
 	p := &servedProc{cmd: cmd, logs: &syncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	if err := cmd.Start(); err != nil {

@@ -85,14 +85,14 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		start := time.Now()
 		defer func() { o.CreateDone(drv.Name(), time.Since(start), err == nil) }()
 	}
-	if sp.Network, err = m.networkFor(ctx, p.Tenant, req.Network, drv); err != nil {
+	if sp.Network, err = m.networkFor(ctx, p, req.Network, drv); err != nil {
 		return CreateResult{}, err
 	}
 	ref, version, err := parseTemplateRef(sp.Template)
 	if err != nil {
 		return CreateResult{}, err
 	}
-	resolved, releaseTemplate, err := m.resolveTemplate(ctx, p.Tenant, ref, version, sp.Template)
+	resolved, releaseTemplate, err := m.resolveTemplate(ctx, p.Tenant, ref, version, sp.Template, req.WaitForTemplate)
 	if err != nil {
 		return CreateResult{}, err
 	}
@@ -588,6 +588,7 @@ func requestHash(req api.CreateSandboxRequest) string {
 	}
 	sort.Strings(names)
 	req.Secrets = nil
+	req.WaitForTemplate = false // how to wait is not what is created
 	b, _ := json.Marshal(struct {
 		Req     api.CreateSandboxRequest `json:"req"`
 		Secrets []string                 `json:"secrets"`

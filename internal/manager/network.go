@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -99,12 +100,18 @@ func (m *Manager) checkNetwork(n api.Network, drv driver.Driver) (api.Network, e
 
 // networkFor returns the network of a create: the request's when it names
 // a mode, else its tenant's default, else the server's; entries given
-// without a mode go with the default mode.
-func (m *Manager) networkFor(ctx context.Context, tenant string, req *api.Network, drv driver.Driver) (api.Network, error) {
+// without a mode go with the default mode. Entries the request gives are
+// checked with checkEntries; a tenant default's were set by an admin.
+func (m *Manager) networkFor(ctx context.Context, p auth.Principal, req *api.Network, drv driver.Driver) (api.Network, error) {
+	if req != nil {
+		if err := m.checkEntries(p, *req); err != nil {
+			return api.Network{}, err
+		}
+	}
 	if req != nil && req.Mode != "" {
 		return m.checkNetwork(*req, drv)
 	}
-	def, err := m.defaultNetwork(ctx, tenant)
+	def, err := m.defaultNetwork(ctx, p.Tenant)
 	if err != nil {
 		return api.Network{}, err
 	}
@@ -112,6 +119,30 @@ func (m *Manager) networkFor(ctx context.Context, tenant string, req *api.Networ
 		def = api.Network{Mode: def.Mode, Allow: req.Allow, Registries: req.Registries, Offline: req.Offline}
 	}
 	return m.checkNetwork(def, drv)
+}
+
+// hostAddrser is the optional part of a Network that knows the host's own
+// addresses (network.Manager does).
+type hostAddrser interface {
+	HostAddrs() []netip.Addr
+}
+
+// checkEntries refuses, unless p is an admin, allow entries that open
+// link-local addresses (cloud metadata), another cloud metadata address or
+// one of the host's own addresses (where the daemon's API and previews
+// listen): a tenant's sandbox reaches those only when an admin said so.
+func (m *Manager) checkEntries(p auth.Principal, n api.Network) error {
+	if p.Admin || len(n.Allow) == 0 {
+		return nil
+	}
+	var host []netip.Addr
+	if ha, ok := m.net.(hostAddrser); ok {
+		host = ha.HostAddrs()
+	}
+	if entry, why := network.SensitiveEntry(toPolicy(n), host); entry != "" {
+		return public(errInvalid, "network: allow entry %q opens %s: only an admin key may allow it", truncate(entry, 64), why)
+	}
+	return nil
 }
 
 // defaultNetwork is tenant's stored default, else the server's.
@@ -192,12 +223,50 @@ func (m *Manager) sweepNetworks(ctx context.Context) {
 	}
 }
 
+// NetworkLost is told by the network backend (network.Config.OnLost) that
+// sandbox id's network was broken from outside beyond repair (its
+// namespace is gone, or wiring it again failed). A running or paused
+// sandbox is then ended like a crashed one, with state error and code
+// network_lost: it is never reported running without the network its
+// policy says. The detail goes to the log; the sandbox's record says what
+// happened without it.
+func (m *Manager) NetworkLost(id string, err error) {
+	m.mu.Lock()
+	sb := m.live[id]
+	m.mu.Unlock()
+	if sb == nil || m.ctx == nil || m.ctx.Err() != nil {
+		return
+	}
+	if st := sb.state(); st != api.StateRunning && st != api.StatePaused {
+		return
+	}
+	m.log.Error("sandbox network lost", "sandbox_id", id, "tenant", sb.tenant, "err", err)
+	m.crashedCode(m.ctx, sb, api.SandboxCodeNetworkLost, "the sandbox's network was removed from outside airlock and could not be restored")
+}
+
+// NetworkRepaired is told by the network backend (network.Config.OnRepair)
+// that sandbox id's network, broken from outside, was wired again: an
+// audit event of the sandbox (network_update, detail "repaired") says so.
+func (m *Manager) NetworkRepaired(id, what string) {
+	m.mu.Lock()
+	sb := m.live[id]
+	m.mu.Unlock()
+	if sb == nil || m.ctx == nil {
+		return
+	}
+	m.log.Warn("sandbox network repaired", "sandbox_id", id, "tenant", sb.tenant, "what", what)
+	m.recordEvent(m.ctx, sb, audit.TypeNetworkUpdate, map[string]string{"repaired": what})
+}
+
 // UpdateNetwork replaces sandbox id's egress policy (PUT
 // /v1/sandboxes/{id}/network). It takes effect at once and is kept across
 // daemon restarts.
 func (m *Manager) UpdateNetwork(ctx context.Context, p auth.Principal, id string, req api.Network) (api.Sandbox, error) {
 	sb, err := m.liveSandbox(ctx, p, id)
 	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := m.checkEntries(p, req); err != nil {
 		return api.Sandbox{}, err
 	}
 	n, err := m.checkNetwork(req, sb.drv)

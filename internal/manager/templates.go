@@ -147,11 +147,86 @@ func (m *Manager) DeleteTemplate(ctx context.Context, p auth.Principal, ref stri
 	return templateErr(b.Delete(ctx, p.Tenant, p.Admin, ref))
 }
 
+// ErrTemplateBuilding marks a create whose template has no ready version
+// while a build of it runs (API code template_building, 503).
+var ErrTemplateBuilding = fmt.Errorf("%w: template is being built", errdefs.ErrUnavailable)
+
+// ErrTemplateBuildFailed marks a create that waited for its template's
+// build, which failed (API code template_build_failed).
+var ErrTemplateBuildFailed = errors.New("template build failed")
+
+// TemplateBuildError names the build a create is refused for (waiting on
+// it, or failed by it); the HTTP edge reports BuildID in the error body.
+type TemplateBuildError struct {
+	Template, BuildID string
+	// Err is ErrTemplateBuilding or ErrTemplateBuildFailed.
+	Err error
+}
+
+func (e *TemplateBuildError) Error() string {
+	return fmt.Sprintf("template %s, build %s: %v", e.Template, e.BuildID, e.Err)
+}
+
+func (e *TemplateBuildError) Unwrap() error { return e.Err }
+
+// templateWaitMax bounds how long a create with wait_for_template waits for
+// a build: the shipped templates take a few minutes the first time; after
+// this the create answers template_building and the client asks again, so
+// that no request hangs silently for longer than a proxy would keep it.
+const templateWaitMax = 10 * time.Minute
+
 // resolveTemplate resolves the template of a create for tenant. The
 // release function must be called once the sandbox record is stored (or
 // the create failed before): until then the template's layers cannot be
-// garbage collected.
-func (m *Manager) resolveTemplate(ctx context.Context, tenant, name string, version int, ref string) (template.Resolved, func(), error) {
+// garbage collected. A template without a ready version whose build runs
+// (a shipped template's first use starts it) is template_building; with
+// wait the build is waited for, up to templateWaitMax, holding nothing.
+func (m *Manager) resolveTemplate(ctx context.Context, tenant, name string, version int, ref string, wait bool) (template.Resolved, func(), error) {
+	deadline := time.Now().Add(templateWaitMax) // real waiting, not the injectable clock
+	waited := map[string]bool{}
+	for {
+		r, release, err := m.resolveTemplateOnce(ctx, tenant, name, version, ref)
+		var be *TemplateBuildError
+		if !wait || !errors.As(err, &be) || waited[be.BuildID] {
+			return r, release, err
+		}
+		waited[be.BuildID] = true
+		m.log.Debug("create waits for its template's build", "tenant", tenant, "template", ref, "build_id", be.BuildID)
+		// Bounded, and over when the daemon stops (the client asks again).
+		wctx, cancel := context.WithDeadline(ctx, deadline)
+		stop := context.AfterFunc(m.ctx, cancel)
+		b, werr := m.cfg.Builder.Wait(wctx, be.BuildID)
+		stop()
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return template.Resolved{}, nil, ctx.Err()
+		case werr != nil:
+			// Still building at the bound (or the daemon stops): the
+			// client asks again.
+			return template.Resolved{}, nil, err
+		case b.Status == api.BuildFailed:
+			msg := fmt.Sprintf("template %s could not be built (build %s): %s; GET /v1/templates/builds/%s has its log",
+				ref, be.BuildID, truncate(b.Error, 512), be.BuildID)
+			return template.Resolved{}, nil, &PublicError{Msg: msg,
+				Err: &TemplateBuildError{Template: ref, BuildID: be.BuildID, Err: ErrTemplateBuildFailed}}
+		}
+		// Ready: resolve again (a build that ended without making this
+		// version, or another build since, is answered as it is now).
+	}
+}
+
+// building is the template_building refusal for build id of ref.
+func building(ref, id string) error {
+	return &PublicError{
+		Msg: fmt.Sprintf("template %s is being built (build %s, GET /v1/templates/builds/%s shows its progress); "+
+			"retry when it is ready, or create with wait_for_template", ref, id, id),
+		RetryAfter: retryAfterBuild,
+		Err:        &TemplateBuildError{Template: ref, BuildID: id, Err: ErrTemplateBuilding},
+	}
+}
+
+func (m *Manager) resolveTemplateOnce(ctx context.Context, tenant, name string, version int, ref string) (template.Resolved, func(), error) {
 	notFound := func(err error) error {
 		return &PublicError{Msg: fmt.Sprintf("template %q not found", ref), Err: fmt.Errorf("%w: %w", ErrTemplateNotFound, err)}
 	}
@@ -174,17 +249,20 @@ func (m *Manager) resolveTemplate(ctx context.Context, tenant, name string, vers
 	release()
 	switch {
 	case errors.Is(err, build.ErrNotBuilt):
-		// Shipped templates are built on demand: this request starts it.
+		// Shipped templates are built on demand: this request starts it
+		// (or joins the build that runs).
 		st, berr := b.BuildShipped(ctx, name)
 		if berr != nil {
 			return template.Resolved{}, nil, templateErr(berr)
 		}
 		m.log.Info("building shipped template on demand", "template", name, "build_id", st.BuildID)
-		return template.Resolved{}, nil, &PublicError{
-			Msg:        fmt.Sprintf("template %s is being built (build %s, GET /v1/templates/builds/%s shows its progress); retry when it is ready", name, st.BuildID, st.BuildID),
-			RetryAfter: retryAfterBuild, Err: errdefs.ErrUnavailable,
-		}
+		return template.Resolved{}, nil, building(ref, st.BuildID)
 	case errdefs.IsNotFound(err):
+		// The first version of a tenant's template (or the version asked
+		// for) may be on its way.
+		if id, ok := b.Building(tenant, name, version); ok {
+			return template.Resolved{}, nil, building(ref, id)
+		}
 		return template.Resolved{}, nil, notFound(err)
 	}
 	return template.Resolved{}, nil, fmt.Errorf("resolving template %q: %w", ref, err)

@@ -53,6 +53,11 @@ const (
 	// hostAddrsTTL is how long the list of the host's own addresses is
 	// trusted: addresses change rarely (DHCP), checks happen per connection.
 	hostAddrsTTL = 5 * time.Second
+	// DefaultCheckInterval is Config.CheckInterval's default. A sandbox
+	// whose veth or rules something else removed is wired again within it;
+	// each pass costs a few netlink dumps, whatever the number of
+	// sandboxes.
+	DefaultCheckInterval = 5 * time.Second
 )
 
 // DefaultSubnet is where sandbox veths get their /30s: 16384 sandboxes.
@@ -85,6 +90,11 @@ type Config struct {
 	// Subnet is cut into /30s, one per sandbox: .1 is the host side (the
 	// sandbox's gateway and resolver), .2 the sandbox. Default DefaultSubnet.
 	Subnet netip.Prefix
+	// SandboxRanges are the sandbox subnets of every airlock daemon on the
+	// host (see internal/hostslot), Subnet included: no sandbox ever
+	// reaches an address in them, whatever its policy, other than its own
+	// gateway's resolver and proxy. Default: Subnet alone.
+	SandboxRanges []netip.Prefix
 	// Upstream are the resolvers ("ip:port") airlock's DNS asks for allowed
 	// names. Default: the IPv4 nameservers of /etc/resolv.conf.
 	Upstream []string
@@ -115,6 +125,17 @@ type Config struct {
 	LogGroup uint16
 	// MTU of the veths; 0 for the kernel's default.
 	MTU int
+	// CheckInterval is how often every sandbox's network is checked
+	// against the kernel (Check): its namespace, veth, chains and map
+	// entries, the table's base chains. Default DefaultCheckInterval;
+	// negative: never (tests call Check).
+	CheckInterval time.Duration
+	// OnRepair is told of every sandbox network Check found broken and
+	// wired again (what was wrong); OnLost of every one it could not
+	// repair (its namespace is gone, or the repair failed). Both are called
+	// from the checker's goroutine without any lock of the Manager held.
+	OnRepair func(id, what string)
+	OnLost   func(id string, err error)
 	// Now is the events' clock; default time.Now.
 	Now func() time.Time
 
@@ -160,6 +181,13 @@ type Manager struct {
 
 	forwarding atomic.Bool
 
+	// gen counts writes of sandboxes' kernel state (Attachment.touch), so
+	// that Check judges only what it saw after; checkStop and checkDone
+	// drive the checker goroutine (health.go).
+	gen       atomic.Uint64
+	checkStop chan struct{}
+	checkDone chan struct{}
+
 	mirror      *pkgcache.Mirror // nil: no package mirror
 	upTransport *http.Transport
 
@@ -193,6 +221,12 @@ type Attachment struct {
 	mirror *mirrorServer
 	ports  ports
 	gone   bool
+	// activeGen is the Manager's gen when the sandbox's kernel state was
+	// last written by Setup, Update, Recover or a repair; 0 until then (a
+	// sandbox a previous daemon left is not checked before Recover).
+	activeGen uint64
+	// lost: Check found it broken beyond repair and said so once.
+	lost   bool
 	budget *pkgcache.Budget
 	// savedUsed is the download count last saved to the budget file.
 	savedUsed int64
@@ -228,6 +262,19 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
+	}
+	ranges := slices.Clone(cfg.SandboxRanges)
+	if !insideAny(cfg.Subnet, ranges) {
+		ranges = append(ranges, cfg.Subnet)
+	}
+	for _, r := range ranges {
+		if !r.IsValid() || !r.Addr().Is4() || r.Masked() != r {
+			return nil, errdefs.Wrap(errdefs.ErrInvalidArgument, "network sandbox range %s must be an ipv4 prefix", r)
+		}
+	}
+	cfg.SandboxRanges = ranges
+	if cfg.CheckInterval == 0 {
+		cfg.CheckInterval = DefaultCheckInterval
 	}
 	if cfg.IfPrefix == "" {
 		cfg.IfPrefix = DefaultIfPrefix
@@ -289,7 +336,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.nft = &nftRules{
 		conn: conn, table: &nftables.Table{Name: cfg.Table, Family: nftables.TableFamilyINet},
-		subnet: cfg.Subnet, ifPrefix: cfg.IfPrefix, group: cfg.LogGroup, apiPorts: cfg.APIPorts, blocked: blocked,
+		subnet: cfg.Subnet, sandboxes: cfg.SandboxRanges, ifPrefix: cfg.IfPrefix, group: cfg.LogGroup, apiPorts: cfg.APIPorts, blocked: blocked,
 	}
 	if err := m.nft.ensureBase(); err != nil {
 		return nil, err
@@ -308,6 +355,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m.startBudgetFlusher(budgetFlushInterval)
+	m.startChecker()
 	ok = true
 	return m, nil
 }
@@ -442,6 +490,7 @@ func (m *Manager) Close() error {
 	}
 	empty := len(m.sbx) == 0
 	m.mu.Unlock()
+	m.stopChecker()
 	for _, a := range list {
 		a.mu.Lock()
 		a.stopListeners()
@@ -556,6 +605,7 @@ func (m *Manager) Setup(ctx context.Context, id string, p Policy) (*Attachment, 
 		}
 		return nil, err
 	}
+	a.touch()
 	return a, nil
 }
 
@@ -900,6 +950,7 @@ func (m *Manager) Update(ctx context.Context, id string, p Policy) error {
 	if a.proxy != nil {
 		a.proxy.recheck(c)
 	}
+	a.touch()
 	return a.save()
 }
 
@@ -950,6 +1001,8 @@ func (m *Manager) Recover(ctx context.Context, id string, p Policy) error {
 			return err
 		}
 	}
+	a.touch()
+	a.lost = false
 	return a.save()
 }
 
@@ -1059,7 +1112,7 @@ func (m *Manager) denyReason(a *Attachment, dst netip.Addr) string {
 		return ReasonModeNone
 	case dst == a.gw || m.isHostAddr(dst):
 		return ReasonHost
-	case m.cfg.Subnet.Contains(dst):
+	case m.isSandboxAddr(dst):
 		return ReasonOtherSandbox
 	case insideAny(netip.PrefixFrom(dst, 32), m.blocked):
 		return ReasonPrivate
@@ -1073,7 +1126,7 @@ func (m *Manager) addrVerdict(pol *compiled, ip netip.Addr, port uint16) (bool, 
 	if !ip.Is4() {
 		return false, ReasonPrivate
 	}
-	if m.cfg.Subnet.Contains(ip) {
+	if m.isSandboxAddr(ip) {
 		return false, ReasonOtherSandbox
 	}
 	explicit := func(apiToo bool) bool {
@@ -1106,10 +1159,37 @@ func (m *Manager) addrVerdict(pol *compiled, ip netip.Addr, port uint16) (bool, 
 	return true, ReasonAllowed
 }
 
+// isSandboxAddr reports whether ip is in a sandbox subnet of any daemon.
+func (m *Manager) isSandboxAddr(ip netip.Addr) bool {
+	if m.cfg.Subnet.Contains(ip) {
+		return true
+	}
+	for _, r := range m.cfg.SandboxRanges {
+		if r.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// HostAddrs returns the host namespace's IPv4 addresses (refreshed every
+// few seconds): the daemon's own, which CIDR entries can open.
+func (m *Manager) HostAddrs() []netip.Addr {
+	m.hostMu.Lock()
+	defer m.hostMu.Unlock()
+	m.refreshHostAddrsLocked()
+	return slices.Clone(m.hostAddrs)
+}
+
 // isHostAddr reports whether ip is one of the host namespace's addresses.
 func (m *Manager) isHostAddr(ip netip.Addr) bool {
 	m.hostMu.Lock()
 	defer m.hostMu.Unlock()
+	m.refreshHostAddrsLocked()
+	return slices.Contains(m.hostAddrs, ip)
+}
+
+func (m *Manager) refreshHostAddrsLocked() {
 	if time.Since(m.hostAt) > hostAddrsTTL {
 		addrs, err := m.host.AddrList(nil, netlink.FAMILY_V4)
 		if err == nil {
@@ -1122,7 +1202,6 @@ func (m *Manager) isHostAddr(ip netip.Addr) bool {
 			m.hostAt = time.Now()
 		}
 	}
-	return slices.Contains(m.hostAddrs, ip)
 }
 
 // rememberNames records which name the sandbox resolved to which address,

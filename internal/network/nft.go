@@ -1,6 +1,7 @@
 package network
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -62,14 +63,19 @@ type sbxRules struct {
 }
 
 type nftRules struct {
-	mu       sync.Mutex // a Conn buffers one batch at a time
-	conn     *nftables.Conn
-	table    *nftables.Table
-	subnet   netip.Prefix
-	ifPrefix string
-	group    uint16
-	apiPorts []uint16
-	blocked  []netip.Prefix
+	mu     sync.Mutex // a Conn buffers one batch at a time
+	conn   *nftables.Conn
+	table  *nftables.Table
+	subnet netip.Prefix
+	// sandboxes are every daemon's sandbox subnets (Config.SandboxRanges).
+	sandboxes []netip.Prefix
+	ifPrefix  string
+	group     uint16
+	apiPorts  []uint16
+	blocked   []netip.Prefix
+	// baseRules is how many rules ensureBase wrote into each base chain,
+	// so that inspect notices a flushed one.
+	baseRules map[string]int
 }
 
 func (n *nftRules) maps() (pre, fwd, in *nftables.Set) {
@@ -110,27 +116,33 @@ func (n *nftRules) ensureBase() error {
 		c.FlushChain(ch)
 	}
 	sandboxIf := n.ifPrefix
+	counts := map[string]int{}
+	addRule := func(r *nftables.Rule) {
+		counts[r.Chain.Name]++
+		c.AddRule(r)
+	}
 	// Dispatch to the sandbox's chains; an interface of ours without an
 	// entry (being set up or torn down) falls through to the drops below.
-	c.AddRule(&nftables.Rule{Table: n.table, Chain: prerouting, Exprs: vmapLookup(expr.MetaKeyIIFNAME, pre)})
-	c.AddRule(&nftables.Rule{Table: n.table, Chain: forward, Exprs: vmapLookup(expr.MetaKeyIIFNAME, fwd)})
-	c.AddRule(&nftables.Rule{Table: n.table, Chain: forward, Exprs: cat(ifname(expr.MetaKeyIIFNAME, sandboxIf, true, true), verdict(expr.VerdictDrop))})
+	addRule(&nftables.Rule{Table: n.table, Chain: prerouting, Exprs: vmapLookup(expr.MetaKeyIIFNAME, pre)})
+	addRule(&nftables.Rule{Table: n.table, Chain: forward, Exprs: vmapLookup(expr.MetaKeyIIFNAME, fwd)})
+	addRule(&nftables.Rule{Table: n.table, Chain: forward, Exprs: cat(ifname(expr.MetaKeyIIFNAME, sandboxIf, true, true), verdict(expr.VerdictDrop))})
 	// Into a sandbox: only replies to what it started.
-	c.AddRule(&nftables.Rule{Table: n.table, Chain: forward, Exprs: cat(ifname(expr.MetaKeyOIFNAME, sandboxIf, true, true),
+	addRule(&nftables.Rule{Table: n.table, Chain: forward, Exprs: cat(ifname(expr.MetaKeyOIFNAME, sandboxIf, true, true),
 		ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))})
-	c.AddRule(&nftables.Rule{Table: n.table, Chain: forward, Exprs: cat(ifname(expr.MetaKeyOIFNAME, sandboxIf, true, true), verdict(expr.VerdictDrop))})
-	c.AddRule(&nftables.Rule{Table: n.table, Chain: input, Exprs: vmapLookup(expr.MetaKeyIIFNAME, in)})
-	c.AddRule(&nftables.Rule{Table: n.table, Chain: input, Exprs: cat(ifname(expr.MetaKeyIIFNAME, sandboxIf, true, true), verdict(expr.VerdictDrop))})
+	addRule(&nftables.Rule{Table: n.table, Chain: forward, Exprs: cat(ifname(expr.MetaKeyOIFNAME, sandboxIf, true, true), verdict(expr.VerdictDrop))})
+	addRule(&nftables.Rule{Table: n.table, Chain: input, Exprs: vmapLookup(expr.MetaKeyIIFNAME, in)})
+	addRule(&nftables.Rule{Table: n.table, Chain: input, Exprs: cat(ifname(expr.MetaKeyIIFNAME, sandboxIf, true, true), verdict(expr.VerdictDrop))})
 	// The gateways and airlock's listeners on them serve sandboxes only,
 	// never another interface of the host.
-	c.AddRule(&nftables.Rule{Table: n.table, Chain: input, Exprs: cat(ipv4(), daddrIn(n.subnet),
+	addRule(&nftables.Rule{Table: n.table, Chain: input, Exprs: cat(ipv4(), daddrIn(n.subnet),
 		ifname(expr.MetaKeyIIFNAME, "lo", false, false), verdict(expr.VerdictDrop))})
 	// Traffic allowed out (open mode, CIDR entries) leaves with the host's address.
-	c.AddRule(&nftables.Rule{Table: n.table, Chain: postrouting, Exprs: cat(ipv4(), saddrIn(n.subnet),
+	addRule(&nftables.Rule{Table: n.table, Chain: postrouting, Exprs: cat(ipv4(), saddrIn(n.subnet),
 		ifname(expr.MetaKeyOIFNAME, sandboxIf, false, true), []expr.Any{&expr.Masq{}})})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("writing base nftables rules: %w", err)
 	}
+	n.baseRules = counts
 	return nil
 }
 
@@ -228,7 +240,9 @@ func (n *nftRules) apply(r sbxRules, create bool) error {
 			add(in, daddrIn(netip.PrefixFrom(r.Gateway, 32)), l4(unix.IPPROTO_TCP), dport(r.Mirror), verdict(expr.VerdictAccept))
 		}
 	}
-	add(in, daddrIn(n.subnet), toDeny)
+	for _, r := range n.sandboxes {
+		add(in, daddrIn(r), toDeny)
+	}
 	hostEligible := func(cr cidrRule) bool { return cr.Privileged || cr.Prefix.Bits() == 32 }
 	for _, cr := range p.CIDRs {
 		if hostEligible(cr) && cr.Port != 0 {
@@ -251,7 +265,9 @@ func (n *nftRules) apply(r sbxRules, create bool) error {
 
 	// fwd_N: elsewhere. Other sandboxes never; blocked ranges only through
 	// an entry inside them; then the other entries, then the mode.
-	add(fwd, daddrIn(n.subnet), toDeny)
+	for _, r := range n.sandboxes {
+		add(fwd, daddrIn(r), toDeny)
+	}
 	for _, cr := range p.CIDRs {
 		if cr.Privileged {
 			for _, m := range cidrMatch(cr) {
@@ -358,6 +374,94 @@ func (n *nftRules) chainsOf() ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// nftState is what inspect found of the table.
+type nftState struct {
+	// base: the table, its maps and base chains with all their rules.
+	base bool
+	// chains are the per-sandbox chains present.
+	chains map[string]bool
+	// entries are the interface names with an entry in all three maps.
+	entries map[string]bool
+}
+
+// inspect reads the table back from the kernel: a few dumps, whatever
+// the number of sandboxes.
+func (n *nftRules) inspect() (nftState, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := nftState{chains: map[string]bool{}, entries: map[string]bool{}}
+	c := n.conn
+	if _, err := c.ListTableOfFamily(n.table.Name, n.table.Family); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return st, nil
+		}
+		return st, fmt.Errorf("listing nftables table: %w", err)
+	}
+	chains, err := c.ListChainsOfTableFamily(n.table.Family)
+	if err != nil {
+		return st, fmt.Errorf("listing nftables chains: %w", err)
+	}
+	st.base = true
+	base := map[string]*nftables.Chain{}
+	for _, ch := range chains {
+		if ch.Table.Name != n.table.Name {
+			continue
+		}
+		if ch.Hooknum != nil {
+			base[ch.Name] = ch
+		} else {
+			st.chains[ch.Name] = true
+		}
+	}
+	for name, want := range n.baseRules {
+		ch, ok := base[name]
+		if !ok {
+			st.base = false
+			continue
+		}
+		rules, err := c.GetRules(n.table, ch)
+		if err != nil {
+			return st, fmt.Errorf("listing nftables rules: %w", err)
+		}
+		if len(rules) != want {
+			st.base = false
+		}
+	}
+	count := map[string]int{}
+	pre, fwd, in := n.maps()
+	for _, m := range []*nftables.Set{pre, fwd, in} {
+		set, err := c.GetSetByName(n.table, m.Name)
+		if err != nil {
+			st.base = false
+			continue
+		}
+		els, err := c.GetSetElements(set)
+		if err != nil {
+			return st, fmt.Errorf("listing nftables map %s: %w", m.Name, err)
+		}
+		for _, e := range els {
+			count[string(bytes.TrimRight(e.Key, "\x00"))]++
+		}
+	}
+	for name, k := range count {
+		if k == 3 {
+			st.entries[name] = true
+		}
+	}
+	return st, nil
+}
+
+// has reports whether sandbox idx's chains and map entries are all there.
+func (st nftState) has(idx int, ifName string) bool {
+	a, b, c, d, e := chainNames(idx)
+	for _, name := range []string{a, b, c, d, e} {
+		if !st.chains[name] {
+			return false
+		}
+	}
+	return st.entries[ifName]
 }
 
 // Expression helpers. Register 1 is the scratch register throughout.

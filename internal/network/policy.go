@@ -302,6 +302,51 @@ func compile(p Policy, registries map[string][]string, blocked []netip.Prefix) (
 	return c, nil
 }
 
+// LinkLocal is 169.254.0.0/16: the cloud metadata services
+// (169.254.169.254, 169.254.170.2) and the host's link-local neighbours.
+var LinkLocal = netip.MustParsePrefix("169.254.0.0/16")
+
+// MetadataAddrs are cloud metadata services outside LinkLocal
+// (Alibaba Cloud's).
+var MetadataAddrs = []netip.Addr{netip.MustParseAddr("100.100.100.200")}
+
+// SensitiveEntry returns the first CIDR entry of p (as given: p need not
+// be normalised) that opens link-local
+// addresses (cloud metadata), another cloud metadata address or one of
+// hostAddrs (the daemon's own host: its API and preview ports), and why;
+// "" when there is none. Only entries that can open such an address count
+// (see docs/network.md): one inside a blocked range, or naming one host
+// address; 0.0.0.0/0 opens none of them. The manager refuses them unless
+// an admin key asks.
+func SensitiveEntry(p Policy, hostAddrs []netip.Addr) (entry, why string) {
+	for _, e := range p.Allow {
+		canon, isName, err := parseEntry(e)
+		if err != nil || isName {
+			continue
+		}
+		host := canon
+		if i := strings.LastIndexByte(canon, ':'); i >= 0 {
+			host = canon[:i]
+		}
+		pfx, _, _ := parseCIDR(host)
+		privileged := insideAny(pfx, BlockedRanges)
+		if LinkLocal.Bits() <= pfx.Bits() && LinkLocal.Contains(pfx.Addr()) {
+			return e, "link-local addresses (169.254.0.0/16, cloud metadata)"
+		}
+		for _, a := range MetadataAddrs {
+			if privileged && pfx.Contains(a) {
+				return e, "the cloud metadata address " + a.String()
+			}
+		}
+		for _, a := range hostAddrs {
+			if pfx.Contains(a) && (privileged || pfx.Bits() == 32) {
+				return e, "the host's own address " + a.String()
+			}
+		}
+	}
+	return "", ""
+}
+
 // insideAny reports whether p lies entirely inside one of the ranges.
 func insideAny(p netip.Prefix, ranges []netip.Prefix) bool {
 	for _, r := range ranges {

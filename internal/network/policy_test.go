@@ -131,7 +131,7 @@ func TestCompileUnconfiguredRegistry(t *testing.T) {
 
 func TestAddrVerdict(t *testing.T) {
 	hostAddr := netip.MustParseAddr("198.51.100.1")
-	m := &Manager{cfg: Config{Subnet: DefaultSubnet, APIPorts: []uint16{7070}}, blocked: BlockedRanges}
+	m := &Manager{cfg: Config{Subnet: DefaultSubnet, SandboxRanges: []netip.Prefix{netip.MustParsePrefix("10.230.0.0/16")}, APIPorts: []uint16{7070}}, blocked: BlockedRanges}
 	m.hostAddrs, m.hostAt = []netip.Addr{hostAddr}, farFuture
 	tests := []struct {
 		name       string
@@ -148,6 +148,7 @@ func TestAddrVerdict(t *testing.T) {
 		{"loopback", nil, "127.0.0.1", 80, false, ReasonPrivate},
 		{"zero_net", nil, "0.0.0.0", 80, false, ReasonPrivate},
 		{"sandbox_subnet", []string{"10.0.0.0/8"}, "10.231.0.6", 80, false, ReasonOtherSandbox},
+		{"other_daemons_sandbox_subnet", []string{"10.0.0.0/8"}, "10.230.16.6", 80, false, ReasonOtherSandbox},
 		{"private_opened_by_inner_cidr", []string{"10.1.0.0/16"}, "10.1.2.3", 443, true, ReasonAllowed},
 		{"private_not_opened_by_broad_cidr", []string{"0.0.0.0/0"}, "10.1.2.3", 443, false, ReasonPrivate},
 		{"private_cidr_other_port", []string{"10.1.0.0/16:5432"}, "10.1.2.3", 443, false, ReasonPrivate},
@@ -222,6 +223,32 @@ func TestDefaultRegistries(t *testing.T) {
 	for k, v := range want {
 		if !slices.Equal(got[k], v) {
 			t.Errorf("registry %s = %v, want %v", k, got[k], v)
+		}
+	}
+}
+
+func TestSensitiveEntry(t *testing.T) {
+	host := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("10.9.8.7")}
+	tests := []struct {
+		allow []string
+		entry string // "" for none
+		why   string
+	}{
+		{[]string{"pypi.org", "203.0.113.0/24", "0.0.0.0/0", "192.0.2.0/24"}, "", ""},
+		{[]string{"169.254.169.254"}, "169.254.169.254", "link-local"},
+		{[]string{"pypi.org", "169.254.0.0/16:80"}, "169.254.0.0/16:80", "link-local"},
+		{[]string{"169.254.170.2:80"}, "169.254.170.2:80", "cloud metadata"},
+		{[]string{"169.0.0.0/8"}, "", ""}, // opens no link-local address: blocked ranges come first
+		{[]string{"100.64.0.0/10"}, "100.64.0.0/10", "100.100.100.200"},
+		{[]string{"192.0.2.7:7070"}, "192.0.2.7:7070", "host's own address 192.0.2.7"},
+		{[]string{"10.0.0.0/8"}, "10.0.0.0/8", "10.9.8.7"},
+		{[]string{"127.0.0.0/8"}, "127.0.0.0/8", "127.0.0.1"},
+	}
+	for _, tt := range tests {
+		// As the request gave it, so that the refusal names its entry.
+		entry, why := SensitiveEntry(Policy{Mode: ModeAllowlist, Allow: tt.allow}, host)
+		if entry != tt.entry || !strings.Contains(why, tt.why) {
+			t.Errorf("%v: got %q (%s), want %q (%s)", tt.allow, entry, why, tt.entry, tt.why)
 		}
 	}
 }

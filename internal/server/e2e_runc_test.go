@@ -19,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/driver/runc"
 	"github.com/airlockhq/airlock/internal/hostcheck"
+	"github.com/airlockhq/airlock/internal/hostslot"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/server"
@@ -56,6 +57,8 @@ type e2e struct {
 	unmetered   bool
 	sampleEvery time.Duration
 	metrics     *server.Metrics
+	// slot names the host-wide resources of the test's driver.
+	slot hostslot.Names
 }
 
 // e2eUnmetered: see e2e.unmetered.
@@ -83,7 +86,14 @@ func newE2E(t testing.TB, opts ...func(*e2e)) *e2e {
 		t.Fatal(err)
 	}
 	os.Chmod(dataDir, 0o711) // sandbox uids must search it
-	e := &e2e{t: t, dataDir: dataDir, tmpl: tmpl}
+	// A host slot of its own: its cgroups and uid ranges are never those
+	// of a daemon serving on this host, nor of another test's.
+	slot, err := hostslot.Acquire(dataDir, hostslot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(slot.Release) // after the cleanup below, which runs first
+	e := &e2e{t: t, dataDir: dataDir, tmpl: tmpl, slot: slot.Names}
 	for _, o := range opts {
 		o(e)
 	}
@@ -121,7 +131,8 @@ func newE2E(t testing.TB, opts ...func(*e2e)) *e2e {
 
 func (e *e2e) start() {
 	e.t.Helper()
-	drv, err := runc.New(runc.Config{DataDir: e.dataDir, AgentPath: buildAgent(e.t), Logger: testLog})
+	drv, err := runc.New(runc.Config{DataDir: e.dataDir, AgentPath: buildAgent(e.t), Logger: testLog,
+		CgroupParent: e.slot.CgroupParent, UIDRangeStart: e.slot.RuncUIDStart, MaxSandboxes: hostslot.UIDRanges})
 	if err != nil {
 		e.t.Fatal(err)
 	}

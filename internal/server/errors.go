@@ -60,6 +60,8 @@ var classes = []struct {
 	{errdefs.ErrRuntimeAbsent, http.StatusBadRequest, api.CodeRuntimeUnavailable, "runtime not available on this host"},
 	{errdefs.ErrRuntimeUnavailable, http.StatusServiceUnavailable, api.CodeRuntimeUnavailable, "runtime unavailable"},
 	{manager.ErrAgentUnavailable, http.StatusServiceUnavailable, api.CodeAgentUnavailable, "sandbox agent is unavailable"},
+	{manager.ErrTemplateBuilding, http.StatusServiceUnavailable, api.CodeTemplateBuilding, "template is being built"},
+	{manager.ErrTemplateBuildFailed, http.StatusFailedDependency, api.CodeTemplateBuildFailed, "template build failed"},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, codeUnavailable, "service unavailable"},
 	{errdefs.ErrNotImplemented, http.StatusNotImplemented, codeNotImplemented, "not implemented"},
 }
@@ -161,6 +163,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// The client's own input echoed: the same for a missing sandbox and
 		// another tenant's, so it reveals nothing.
 		body.Error.SandboxID = r.PathValue("id")
+	}
+	if be := (*manager.TemplateBuildError)(nil); errors.As(err, &be) {
+		body.Error.BuildID = be.BuildID
 	}
 	if c.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int((c.retryAfter+time.Second-1)/time.Second)))

@@ -164,6 +164,24 @@ func TestPTY(t *testing.T) {
 	// Bad requests get the API's error before any upgrade.
 	h.expect(h.req("GET", "/v1/sandboxes/"+sb.ID+"/pty?cols=0", h.key("acme"), nil), 400, api.CodeInvalidArgument)
 	h.expect(h.req("GET", "/v1/sandboxes/"+sb.ID+"/pty", h.key("evil"), nil), 404, api.CodeSandboxNotFound)
+	// A plain GET (no upgrade) gets the API's JSON error, and starts nothing.
+	execs := func() int {
+		var l api.ExecList
+		h.req("GET", "/v1/sandboxes/"+sb.ID+"/execs", h.key("acme"), nil).json(t, &l)
+		return len(l.Execs)
+	}
+	before := execs()
+	r := h.req("GET", "/v1/sandboxes/"+sb.ID+"/pty", h.key("acme"), nil)
+	h.expect(r, 400, api.CodeInvalidArgument)
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("non-upgrade answer has Content-Type %q", ct)
+	}
+	if e := r.apiErr(t); !strings.Contains(e.Message, "websocket") || e.SandboxID != sb.ID {
+		t.Errorf("non-upgrade error %+v", e)
+	}
+	if n := execs(); n != before {
+		t.Errorf("a refused terminal started a command: %d execs, had %d", n, before)
+	}
 }
 
 // TestRoutesMatchOpenAPI keeps the registered routes and api/openapi.yaml's

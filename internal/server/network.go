@@ -5,6 +5,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // updateNetwork serves PUT /v1/sandboxes/{id}/network: the sandbox's new
@@ -13,6 +14,10 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, p auth.Pr
 	var req api.Network
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		return err
+	}
+	if req.Mode == "" {
+		// An empty body is not "no network": it is a policy that says nothing.
+		return errf(errdefs.ErrInvalidArgument, "network mode is required: none, allowlist or open")
 	}
 	sb, err := s.m.UpdateNetwork(r.Context(), p, r.PathValue("id"), req)
 	if err != nil {

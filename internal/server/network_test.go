@@ -177,6 +177,9 @@ func TestNetworkCreateAndUpdate(t *testing.T) {
 		{"registry_without_hosts", acme, sb.ID, api.Network{Mode: "allowlist", Registries: []string{"npm"}}, 400, api.CodeInvalidArgument, "npm has no hosts"},
 		{"names_in_open_mode", acme, sb.ID, api.Network{Mode: "open", Allow: []string{"pypi.org"}}, 400, api.CodeInvalidArgument, "open mode"},
 		{"unknown_field", acme, sb.ID, `{"mode":"none","bogus":1}`, 400, api.CodeInvalidArgument, "unknown field"},
+		// An empty policy says nothing; it used to switch the network off.
+		{"empty_policy", acme, sb.ID, `{}`, 400, api.CodeInvalidArgument, "network mode is required"},
+		{"allow_without_mode", acme, sb.ID, api.Network{Allow: []string{"example.org"}}, 400, api.CodeInvalidArgument, "network mode is required"},
 		{"other_tenant", h.key("evil"), sb.ID, api.Network{Mode: "none"}, 404, api.CodeSandboxNotFound, ""},
 		{"missing", acme, "sbx_nosuch", api.Network{Mode: "none"}, 404, api.CodeSandboxNotFound, ""},
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -50,6 +51,17 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request, p auth.Principal) e
 		// The user's login shell, as a terminal would start it.
 		sh := `exec "${SHELL:-/bin/sh}" -l`
 		req.Shell = &sh
+	}
+	if !isWebSocketHandshake(r) {
+		// Checked before anything starts (after what makes a request bad
+		// anyway: a sandbox that is not the caller's is still 404): a plain
+		// GET gets the API's error body, not the WebSocket library's
+		// text/plain answer.
+		if _, err := s.m.Get(r.Context(), p, r.PathValue("id")); err != nil {
+			return err
+		}
+		return errf(errdefs.ErrInvalidArgument,
+			"this endpoint is a websocket: send GET with Connection: Upgrade, Upgrade: websocket, Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key")
 	}
 	// Start the command before upgrading, so that a bad request still gets
 	// the API's error body rather than a closed socket.
@@ -143,4 +155,25 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request, p auth.Principal) e
 	cancel()
 	<-inputDone
 	return nil
+}
+
+// isWebSocketHandshake reports whether r asks for a WebSocket upgrade
+// (RFC 6455 §4.2.1, what websocket.Accept checks besides the origin).
+func isWebSocketHandshake(r *http.Request) bool {
+	return r.Method == http.MethodGet && r.ProtoAtLeast(1, 1) &&
+		headerHasToken(r.Header, "Connection", "upgrade") && headerHasToken(r.Header, "Upgrade", "websocket") &&
+		r.Header.Get("Sec-WebSocket-Version") == "13" && r.Header.Get("Sec-WebSocket-Key") != ""
+}
+
+// headerHasToken reports whether the comma-separated header name holds
+// token (case-insensitively).
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -12,7 +12,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -54,6 +56,9 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if path == "" {
 		return nil, errdefs.Wrap(errdefs.ErrInvalidArgument, "store path is empty")
 	}
+	if err := ownerOnly(path); err != nil {
+		return nil, err
+	}
 	base := "file:" + (&url.URL{Path: path}).EscapedPath()
 	pragmas := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(ON)", busyTimeoutMS)
 	w, err := sql.Open("sqlite", base+"?"+pragmas+"&_txlock=immediate")
@@ -89,6 +94,25 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+// ownerOnly makes the database file, created now if missing, and its WAL
+// and shared-memory files readable by their owner alone: they hold hashed
+// keys, sandboxes' sealed secrets, exec output and the audit trail. SQLite
+// creates -wal and -shm with the database file's mode, so a new database
+// gets 0600 throughout; an older one made with 0644 is tightened.
+func ownerOnly(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("opening store: %w", err)
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("opening store: %w", err)
+		}
+	}
+	return nil
 }
 
 func (s *Store) prepare(ctx context.Context) error {

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -391,4 +393,55 @@ func TestConcurrentWriters(t *testing.T) {
 	if err != nil || len(all) != 160 {
 		t.Fatalf("got %d sandboxes, %v; want 160", len(all), err)
 	}
+}
+
+// TestFilesOwnerOnly: the database and its WAL and shared-memory files are
+// readable by their owner alone, for a new store and for one an older
+// airlock left world-readable.
+func TestFilesOwnerOnly(t *testing.T) {
+	ctx := context.Background()
+	check := func(path string) {
+		t.Helper()
+		for _, p := range []string{path, path + "-wal", path + "-shm"} {
+			fi, err := os.Stat(p)
+			if err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			if fi.Mode().Perm() != 0o600 {
+				t.Errorf("%s has mode %v, want 0600", filepath.Base(p), fi.Mode().Perm())
+			}
+		}
+	}
+	write := func(s *Store) {
+		t.Helper()
+		if err := s.CreateKey(ctx, Key{ID: "key_" + strconv.Itoa(int(time.Now().UnixNano())), Tenant: "t1", Prefix: "ak_x",
+			Hash: []byte(time.Now().String()), CreatedAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "airlock.db")
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(s)
+	check(path) // the WAL and shm exist while the store is open
+	s.Close()
+
+	old := filepath.Join(t.TempDir(), "airlock.db")
+	if s, err = Open(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	write(s)
+	for _, p := range []string{old, old + "-wal", old + "-shm"} {
+		os.Chmod(p, 0o644)
+	}
+	if s2, err := Open(ctx, old); err != nil {
+		t.Fatal(err)
+	} else {
+		write(s2)
+		check(old)
+		s2.Close()
+	}
+	s.Close()
 }

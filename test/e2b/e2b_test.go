@@ -24,6 +24,7 @@ import (
 	"github.com/airlockhq/airlock/internal/driver/runc"
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/hostcheck"
+	"github.com/airlockhq/airlock/internal/hostslot"
 	"github.com/airlockhq/airlock/internal/interp"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/server"
@@ -128,6 +129,13 @@ func startEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	os.Chmod(dataDir, 0o711) // sandbox uids must search it
+	// A host slot of its own: its cgroups and uid ranges are never those
+	// of a daemon serving on this host.
+	slot, err := hostslot.Acquire(dataDir, hostslot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(slot.Release) // last: after the cleanup below
 	logs := &logBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	st, err := store.Open(context.Background(), filepath.Join(dataDir, "airlock.db"))
@@ -142,7 +150,8 @@ func startEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv, err := runc.New(runc.Config{DataDir: dataDir, AgentPath: buildAgent(t), Logger: log})
+	drv, err := runc.New(runc.Config{DataDir: dataDir, AgentPath: buildAgent(t), Logger: log,
+		CgroupParent: slot.CgroupParent, UIDRangeStart: slot.RuncUIDStart, MaxSandboxes: hostslot.UIDRanges})
 	if err != nil {
 		t.Fatal(err)
 	}
