@@ -39,7 +39,7 @@ func newCodeE2E(t testing.TB) *codeE2E {
 		defer cancel()
 		var progress strings.Builder
 		if _, _, err := e.tmpl.EnsureShipped(ctx, "code-interpreter", &progress); err != nil {
-			t.Skipf("code-interpreter template unavailable (%v):\n%s", err, progress.String())
+			t.Fatalf("code-interpreter template: %v\n%s", err, progress.String())
 		}
 	}
 	svc := interp.New(interp.Config{Backend: interp.ManagerBackend(e.m), Logger: testLog})
