@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -54,7 +55,9 @@ func TestRetryableAnswers(t *testing.T) {
 			// And on the wire.
 			s := &Server{metrics: NewMetrics(nil)}
 			w := httptest.NewRecorder()
-			s.writeError(w, httptest.NewRequest("POST", "/v1/sandboxes", nil), tt.err)
+			r := httptest.NewRequest("POST", "/v1/sandboxes", nil)
+			r = r.WithContext(context.WithValue(r.Context(), keyLogger, slog.New(slog.DiscardHandler)))
+			s.writeError(w, r, tt.err)
 			if got, want := w.Header().Get("Retry-After"), retryHeader(tt.retry); w.Code != tt.status || got != want {
 				t.Fatalf("response %d Retry-After %q, want %d %q", w.Code, got, tt.status, want)
 			}
