@@ -23,12 +23,12 @@ const (
 	CodeQuotaExceeded      = "quota_exceeded"      // 429, with Retry-After
 	CodeRateLimited        = "rate_limited"        // 429, with Retry-After
 	CodeCapacityExhausted  = "capacity_exhausted"  // 503, with Retry-After
-	CodeRuntimeUnavailable = "runtime_unavailable" // 503
+	CodeRuntimeUnavailable = "runtime_unavailable" // 400 the host lacks it (permanent), 503 unhealthy now (Retry-After)
 	CodeInternal           = "internal"            // 500
 	CodeNotImplemented     = "not_implemented"     // 501
-	CodeUnavailable        = "unavailable"         // 503
+	CodeUnavailable        = "unavailable"         // 503, with Retry-After
 	CodeMethodNotAllowed   = "method_not_allowed"  // 405
-	// CodeAgentUnavailable: 503, the sandbox runs but its agent does not
+	// CodeAgentUnavailable: 503 with Retry-After, the sandbox runs but its agent does not
 	// answer (an exec could not start); the sandbox may recover or end in
 	// state error with this code.
 	CodeAgentUnavailable = "agent_unavailable"
@@ -41,6 +41,10 @@ const (
 	// template's build, which failed; ErrorDetail.BuildID names the build,
 	// whose log says why.
 	CodeTemplateBuildFailed = "template_build_failed"
+	// CodeTemplateUnsupported: 400, the sandbox's template lacks what the
+	// request needs (code on a template without a kernel): use another
+	// template; retrying the same request never helps.
+	CodeTemplateUnsupported = "template_unsupported"
 )
 
 // ErrorBody is the body of every non-2xx response.

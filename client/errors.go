@@ -32,7 +32,7 @@ var (
 	ErrInternal           = errdefs.ErrInternal           // 500 internal
 	ErrNotImplemented     = errdefs.ErrNotImplemented     // 501
 	ErrCapacityExhausted  = errdefs.ErrCapacityExhausted  // 503 capacity_exhausted
-	ErrRuntimeUnavailable = errdefs.ErrRuntimeUnavailable // 503 runtime_unavailable
+	ErrRuntimeUnavailable = errdefs.ErrRuntimeUnavailable // runtime_unavailable: 400 absent, 503 unhealthy
 	ErrUnavailable        = errdefs.ErrUnavailable        // server unreachable, 502/504, other 503
 )
 
@@ -61,6 +61,8 @@ var codeClass = map[string]error{
 	api.CodeInternal:            ErrInternal,
 	"not_implemented":           ErrNotImplemented,
 	"unavailable":               ErrUnavailable,
+	// The sandbox's template lacks what the request needs: change it.
+	api.CodeTemplateUnsupported: ErrInvalidArgument,
 }
 
 // statusClass is the fallback for a code this SDK does not know (a newer

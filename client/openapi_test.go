@@ -250,7 +250,7 @@ func TestSpecSchemasMatchTypes(t *testing.T) {
 			api.CodeSandboxNotFound, api.CodeExecNotFound, api.CodeTemplateNotFound, api.CodeNotFound,
 			api.CodeConflict, api.CodeInvalidState, api.CodePayloadTooLarge, api.CodeQuotaExceeded,
 			api.CodeRateLimited, api.CodeCapacityExhausted, api.CodeRuntimeUnavailable, api.CodeAgentUnavailable, api.CodeInternal,
-			api.CodeTemplateBuilding, api.CodeTemplateBuildFailed}
+			api.CodeTemplateBuilding, api.CodeTemplateBuildFailed, api.CodeTemplateUnsupported}
 		var enum []string
 		for _, e := range getMap(t, schemas, "ErrorCode")["enum"].([]any) {
 			enum = append(enum, e.(string))

@@ -5,11 +5,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path"
 	"sort"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -44,6 +47,9 @@ func (s *Server) handleFile(ctx context.Context, st stream, fr *agentproto.Frame
 			}
 			defer unix.Close(fd)
 			fi, err = statFd(fd, "", p)
+			if err == nil {
+				err = checkNames(fi)
+			}
 			return err
 		})
 		return agentproto.Response{File: &fi}, err
@@ -430,11 +436,17 @@ func listDir(fd int, p string, depth int, out *[]agentproto.FileInfo) error {
 		if len(*out) >= maxListEntries {
 			return &agentproto.Error{Code: agentproto.CodeTooLarge, Message: "too many entries; list a smaller depth"}
 		}
+		if !utf8.ValidString(name) {
+			return errNotUTF8("name", path.Join(p, name))
+		}
 		fi, err := statFd(fd, name, path.Join(p, name))
 		if err != nil {
 			if err == unix.ENOENT {
 				continue // removed meanwhile
 			}
+			return err
+		}
+		if err := checkNames(fi); err != nil {
 			return err
 		}
 		*out = append(*out, fi)
@@ -450,6 +462,34 @@ func listDir(fd int, p string, depth int, out *[]agentproto.FileInfo) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// errNotUTF8 refuses a name found in the sandbox that is not valid UTF-8.
+// The protocol's strings are JSON, which is UTF-8: encoding/json would turn
+// every invalid byte into U+FFFD, so "a\xff" and "a\xfe" would both come
+// out as "a\uFFFD", and a client writing back to that name would reach
+// another file. Refusing, with the name escaped, is the only answer that
+// neither renames nor merges. Tar streams carry names byte for byte and are
+// not refused (see tarOut).
+func errNotUTF8(what, p string) error {
+	q := strconv.Quote(p)
+	if len(q) > 300 {
+		q = q[:300] + "…"
+	}
+	return &agentproto.Error{Code: agentproto.CodeInvalidArgument,
+		Message: fmt.Sprintf("%s %s is not valid UTF-8, which the file API cannot carry: rename it in the sandbox (an exec of mv) or download its directory as a tar", what, q)}
+}
+
+// checkNames refuses a FileInfo whose path or symlink target is not valid
+// UTF-8 (see errNotUTF8).
+func checkNames(fi agentproto.FileInfo) error {
+	if !utf8.ValidString(fi.Path) {
+		return errNotUTF8("name", fi.Path)
+	}
+	if !utf8.ValidString(fi.LinkTarget) {
+		return errNotUTF8("the target of symlink", fi.Path)
 	}
 	return nil
 }

@@ -675,3 +675,98 @@ func TestWriteFileNoSpace(t *testing.T) {
 	}
 	f.write(t, "/srv/small/small", "user", "still works")
 }
+
+// TestNonUTF8Names: names that are not valid UTF-8 cannot travel in the
+// protocol's JSON, whose encoder would make "a\xff" and "a\xfe" both
+// "a\uFFFD" (and a write back to that name would reach another file). A
+// listing or stat that meets one is refused, naming it escaped; a tar
+// carries the bytes exactly, both ways.
+func TestNonUTF8Names(t *testing.T) {
+	f := newFileEnv(t)
+	ctx := ctxT(t)
+	if err := os.Mkdir(f.host("home/user/d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a\xff", "a\xfe"} {
+		writeFile(t, f.host("home/user/d/"+n), n)
+	}
+	if err := os.Symlink("t\xff", f.host("home/user/link")); err != nil {
+		t.Fatal(err)
+	}
+	refused := func(t *testing.T, what string, err error, want string) {
+		t.Helper()
+		if !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Fatalf("%s = %v, want invalid argument", what, err)
+		}
+		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "UTF-8") {
+			t.Fatalf("%s: message %q does not name %s", what, err, want)
+		}
+	}
+	t.Run("list", func(t *testing.T) {
+		files, err := f.c.List(ctx, "/home/user/d", "", 1)
+		refused(t, "List", err, `/home/user/d/a\xfe`)
+		if len(files) > 0 {
+			t.Fatalf("listed %+v", files)
+		}
+	})
+	t.Run("list_deep", func(t *testing.T) {
+		_, err := f.c.List(ctx, "/home/user", "", 3)
+		refused(t, "List depth 3", err, `a\x`)
+	})
+	t.Run("stat_link_target", func(t *testing.T) {
+		_, err := f.c.Stat(ctx, "/home/user/link", "")
+		refused(t, "Stat", err, `"/home/user/link"`)
+	})
+	t.Run("tar_out_exact", func(t *testing.T) {
+		rc, err := f.c.TarOut(ctx, "/home/user/d", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		tr := tar.NewReader(rc)
+		var names []string
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(tr)
+			if string(body) != h.Name {
+				t.Errorf("entry %q holds %q", h.Name, body)
+			}
+			// Readers must not take these bytes for the UTF-8 PAX promises.
+			if h.PAXRecords["hdrcharset"] != "BINARY" {
+				t.Errorf("entry %q: PAX records %v, want hdrcharset=BINARY", h.Name, h.PAXRecords)
+			}
+			names = append(names, h.Name)
+		}
+		sort.Strings(names)
+		if strings.Join(names, ",") != "a\xfe,a\xff" {
+			t.Fatalf("archive names %q", names)
+		}
+	})
+	t.Run("tar_in_exact", func(t *testing.T) {
+		err := f.c.TarIn(ctx, "/home/user/in", "", bytes.NewReader(tarball(t,
+			entry{name: "b\xff", typ: tar.TypeReg, body: "one"},
+			entry{name: "b\xfe", typ: tar.TypeReg, body: "two"})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n, want := range map[string]string{"b\xff": "one", "b\xfe": "two"} {
+			if got, err := os.ReadFile(f.host("home/user/in/" + n)); err != nil || string(got) != want {
+				t.Fatalf("%q: %q %v", n, got, err)
+			}
+		}
+	})
+	t.Run("remove_parent", func(t *testing.T) {
+		if err := f.c.Remove(ctx, "/home/user/in", "", true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(f.host("home/user/in")); !os.IsNotExist(err) {
+			t.Fatalf("still there: %v", err)
+		}
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -136,6 +137,11 @@ func cleanPath(p, home string) (string, error) {
 	}
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", &agentproto.Error{Code: agentproto.CodeInvalidArgument, Message: "path contains a NUL byte"}
+	}
+	if !utf8.ValidString(p) {
+		// Never from JSON (which makes it U+FFFD), but a name is never
+		// guessed at.
+		return "", &agentproto.Error{Code: agentproto.CodeInvalidArgument, Message: "path is not valid UTF-8"}
 	}
 	if !path.IsAbs(p) {
 		p = path.Join(home, p)

@@ -10,6 +10,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -118,6 +119,7 @@ func tarEntry(tw *tar.Writer, dirfd int, name, arcName string) error {
 	case agentproto.FileTypeDir:
 		hdr.Typeflag = tar.TypeDir
 		hdr.Name += "/"
+		binaryNames(hdr)
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
@@ -130,6 +132,7 @@ func tarEntry(tw *tar.Writer, dirfd int, name, arcName string) error {
 	case agentproto.FileTypeSymlink:
 		hdr.Typeflag = tar.TypeSymlink
 		hdr.Linkname = fi.LinkTarget
+		binaryNames(hdr)
 		return tw.WriteHeader(hdr)
 	case agentproto.FileTypeFile:
 		fd, err := openNoFollow(dirfd, name, unix.O_RDONLY)
@@ -140,6 +143,7 @@ func tarEntry(tw *tar.Writer, dirfd int, name, arcName string) error {
 		defer f.Close()
 		hdr.Typeflag = tar.TypeReg
 		hdr.Size = fi.Size
+		binaryNames(hdr)
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
@@ -152,6 +156,17 @@ func tarEntry(tw *tar.Writer, dirfd int, name, arcName string) error {
 		return err
 	default:
 		return nil // devices, fifos, sockets: not archived
+	}
+}
+
+// binaryNames marks an entry whose name or link target is not valid UTF-8
+// with the PAX record hdrcharset=BINARY: a tar carries names byte for byte
+// (unlike the JSON of a listing, see errNotUTF8), and the record tells
+// readers that these bytes are not the UTF-8 PAX otherwise promises, so
+// that GNU tar, bsdtar and Python's tarfile restore them as they are.
+func binaryNames(hdr *tar.Header) {
+	if !utf8.ValidString(hdr.Name) || !utf8.ValidString(hdr.Linkname) {
+		hdr.PAXRecords = map[string]string{"hdrcharset": "BINARY"}
 	}
 }
 

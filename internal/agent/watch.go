@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -192,6 +193,24 @@ func (q *watchQueue) push(ev agentproto.WatchEvent) {
 	q.signal()
 }
 
+// lost queues an overflow event in its place among the others (one for a
+// run of them), unlike push's, which marks where dropping began.
+func (q *watchQueue) lost(now time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.end || (len(q.evs) > 0 && q.evs[len(q.evs)-1].Type == agentproto.WatchOverflow) {
+		return
+	}
+	if len(q.evs) >= agentproto.MaxWatchQueue {
+		q.overflow = true
+		return
+	}
+	// Nothing queued before it may absorb what comes after.
+	clear(q.merge)
+	q.evs = append(q.evs, agentproto.WatchEvent{Type: agentproto.WatchOverflow, Time: now})
+	q.signal()
+}
+
 // finish ends the queue: the writer sends what is queued, then err (a
 // failing Response) or, when err is nil, the end frame.
 func (q *watchQueue) finish(err error) {
@@ -367,6 +386,17 @@ func (w *watcher) addTree(dir string, emit, strict bool) error {
 		}
 		child := path.Join(dir, e.Name())
 		isDir := e.IsDir()
+		if !utf8.ValidString(e.Name()) {
+			// Its events could not be named (see errNotUTF8): a directory
+			// is not watched, and the client learns that it misses events.
+			if strict && isDir {
+				return errNotUTF8("directory", child)
+			}
+			if emit || isDir {
+				w.unnamable()
+			}
+			continue
+		}
 		if emit {
 			if _, dup := w.scanned[child]; dup {
 				continue // reported, and its tree watched, already
@@ -395,6 +425,14 @@ func (w *watcher) addTree(dir string, emit, strict bool) error {
 		}
 	}
 	return nil
+}
+
+// unnamable reports that a change happened to a name that is not valid
+// UTF-8, which no event can carry (see errNotUTF8): the client gets an
+// overflow, as for any event it misses, and re-reads the tree, where the
+// listing names the culprit.
+func (w *watcher) unnamable() {
+	w.q.lost(time.Now().UTC())
 }
 
 // overCap notes once that directories went unwatched.
@@ -499,6 +537,21 @@ func (w *watcher) event(wd int32, mask, cookie uint32, name string, now time.Tim
 	p := path.Join(dir, name)
 	isDir := mask&unix.IN_ISDIR != 0
 	temp := strings.HasPrefix(name, uploadPrefix)
+	if !utf8.ValidString(name) {
+		if mask&unix.IN_MOVED_TO != 0 {
+			// Renamed to a name no event can carry: for the client the
+			// old name is gone.
+			if from, paired := w.moves[cookie]; paired {
+				delete(w.moves, cookie)
+				delete(w.modified, from.path)
+				if !from.temp {
+					w.removed(from.path, from.dir, now)
+				}
+			}
+		}
+		w.unnamable()
+		return true
+	}
 	switch {
 	case mask&unix.IN_MOVED_FROM != 0:
 		if len(w.moves) >= maxPendingMoves {

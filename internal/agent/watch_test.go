@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/agentclient"
 	"github.com/airlockhq/airlock/internal/agentproto"
@@ -281,6 +282,41 @@ func TestWatch(t *testing.T) {
 			want:  "rename /w/e<-/w/d/, create /w/e/sub/f",
 		},
 		{
+			// A name that is not valid UTF-8 cannot be carried (JSON would
+			// make it U+FFFD, merging it with others): its changes are an
+			// overflow, never an event under a rewritten name.
+			name: "NotUTF8IsOverflow",
+			act: func(t *testing.T, dir, _ string) {
+				writeFile(t, filepath.Join(dir, "x\xff"), "one")
+				os.Remove(filepath.Join(dir, "x\xff"))
+			},
+			types: []string{"create", "write", "remove", "rename", "overflow"},
+			check: wantOverflowOnly(""),
+		},
+		{
+			name:  "RenameToNotUTF8IsRemove",
+			setup: func(t *testing.T, dir string) { writeFile(t, filepath.Join(dir, "plain"), "x") },
+			act: func(t *testing.T, dir, _ string) {
+				if err := os.Rename(filepath.Join(dir, "plain"), filepath.Join(dir, "odd\xfe")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			types: []string{"create", "write", "remove", "rename", "overflow"},
+			check: wantOverflowOnly("remove /w/plain"),
+		},
+		{
+			name:      "RecursiveNotUTF8Dir",
+			recursive: true,
+			act: func(t *testing.T, dir, _ string) {
+				if err := os.MkdirAll(filepath.Join(dir, "ok/d\xff"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				writeFile(t, filepath.Join(dir, "ok/d\xff/f"), "x")
+			},
+			types: []string{"create", "write", "remove", "rename", "overflow"},
+			check: wantOverflowOnly("create /w/ok/"),
+		},
+		{
 			name: "NotRecursive",
 			act: func(t *testing.T, dir, _ string) {
 				if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
@@ -316,6 +352,34 @@ func TestWatch(t *testing.T) {
 				t.Fatalf("events\n got %s\nwant %s", show(got), tc.want)
 			}
 		})
+	}
+}
+
+// wantOverflowOnly checks the events of a change to a name that is not
+// valid UTF-8: the events of valid names (want, as show renders them, in
+// order) and at least one overflow, and no path that is not the bytes on
+// disk (an invalid name would come out holding U+FFFD).
+func wantOverflowOnly(want string) func(t *testing.T, got []agentproto.WatchEvent) {
+	return func(t *testing.T, got []agentproto.WatchEvent) {
+		t.Helper()
+		var named []agentproto.WatchEvent
+		overflow := false
+		for _, ev := range got {
+			if strings.ContainsRune(ev.Path+ev.From, utf8.RuneError) {
+				t.Fatalf("event under a rewritten name: %s", show(got))
+			}
+			if ev.Type == agentproto.WatchOverflow {
+				overflow = true
+				continue
+			}
+			named = append(named, ev)
+		}
+		if !overflow {
+			t.Fatalf("no overflow for a change the events cannot name: %s", show(got))
+		}
+		if show(named) != want {
+			t.Fatalf("events\n got %s\nwant %s", show(named), want)
+		}
 	}
 }
 
@@ -370,6 +434,9 @@ func TestWatchEnds(t *testing.T) {
 func TestWatchErrors(t *testing.T) {
 	e := newFileEnv(t)
 	writeFile(t, filepath.Join(e.dir, "srv/file"), "x")
+	if err := os.MkdirAll(filepath.Join(e.dir, "tree/sub/d\xff"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		path string
@@ -378,6 +445,8 @@ func TestWatchErrors(t *testing.T) {
 		{"Missing", "/nothing", errdefs.ErrNotFound},
 		{"NotADirectory", "/srv/file", errdefs.ErrInvalidArgument},
 		{"Empty", "", errdefs.ErrInvalidArgument},
+		// A directory a recursive watch would have to name in its events.
+		{"NotUTF8Dir", "/tree", errdefs.ErrInvalidArgument},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -47,6 +49,9 @@ var classes = []class{
 	{errdefs.ErrQuotaExceeded, http.StatusInsufficientStorage, connect.CodeResourceExhausted, "quota exceeded"},
 	{errdefs.ErrRateLimited, http.StatusTooManyRequests, connect.CodeResourceExhausted, "rate limited"},
 	{errdefs.ErrCapacityExhausted, http.StatusServiceUnavailable, connect.CodeUnavailable, "host is at capacity"},
+	// A runtime the host lacks is permanent (the server plane's 400
+	// runtime_unavailable); one it has but that is unhealthy may recover.
+	{errdefs.ErrRuntimeAbsent, http.StatusBadRequest, connect.CodeFailedPrecondition, "runtime not available on this host"},
 	{errdefs.ErrRuntimeUnavailable, http.StatusServiceUnavailable, connect.CodeUnavailable, "runtime unavailable"},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, connect.CodeUnavailable, "service unavailable"},
 	{errdefs.ErrNotImplemented, http.StatusNotImplemented, connect.CodeUnimplemented, "not implemented"},
@@ -100,10 +105,29 @@ func errf(cls error, format string, args ...any) error {
 	return &publicErr{msg: fmt.Sprintf(format, args...), cls: cls}
 }
 
+// retryAfter is the Retry-After of a retryable answer (429, 503), as the
+// server plane sends it (see server.retryAfterOf), or "".
+func retryAfter(err error, status int) string {
+	if status != http.StatusServiceUnavailable && status != http.StatusTooManyRequests {
+		return ""
+	}
+	var pe *manager.PublicError
+	switch {
+	case errors.As(err, &pe) && pe.RetryAfter > 0:
+		return strconv.Itoa(int((pe.RetryAfter + time.Second - 1) / time.Second))
+	case errors.Is(err, errdefs.ErrRuntimeUnavailable):
+		return "30" // the manager's health TTL: an unhealthy runtime is probed again then
+	}
+	return "5"
+}
+
 // writeError answers a REST call with E2B's error shape.
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	c, msg := classify(err)
 	h.logError(r.Context(), c.status, err)
+	if ra := retryAfter(err, c.status); ra != "" {
+		w.Header().Set("Retry-After", ra)
+	}
 	writeJSON(w, c.status, errorBody{Code: c.status, Message: msg})
 }
 
@@ -118,7 +142,11 @@ func (h *Handler) connectError(ctx context.Context, err error) error {
 	}
 	c, msg := classify(err)
 	h.logError(ctx, c.status, err)
-	return connect.NewError(c.connect, errors.New(msg))
+	ce = connect.NewError(c.connect, errors.New(msg))
+	if ra := retryAfter(err, c.status); ra != "" {
+		ce.Meta().Set("Retry-After", ra)
+	}
+	return ce
 }
 
 func (h *Handler) logError(ctx context.Context, status int, err error) {

@@ -173,10 +173,11 @@ func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.
 // its kernel queue overflows.
 const maxWatcherEvents = 4096
 
-// errEventsLost ends a watch that could not keep up: the client must list
-// the directory again.
+// errEventsLost ends a watch that missed events: it could not keep up, or
+// a name changed that is not valid UTF-8, which no event can carry (a
+// listing then names it). The client must list the directory again.
 func errEventsLost() error {
-	return errf(errdefs.ErrTooLarge, "too many file system events; some were lost")
+	return errf(errdefs.ErrTooLarge, "file system events were lost (too many of them, or a name that is not valid UTF-8); list the directory again")
 }
 
 // envdEvents turns the agent's events into envd's, named relative to the

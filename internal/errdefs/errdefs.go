@@ -28,6 +28,21 @@ var (
 	ErrInternal           = errors.New("internal error")
 )
 
+// Subclasses: each is also its parent class (errors.Is), and says more
+// precisely what the client must change. Retryable (503) errors are only the
+// transient ones: a request that can never succeed as it is gets a 4xx.
+var (
+	// ErrTemplateUnsupported: the sandbox's template lacks what the request
+	// needs (code on a template without a kernel). Permanent for that
+	// sandbox: use another template. A kind of ErrInvalidArgument.
+	ErrTemplateUnsupported = fmt.Errorf("template unsupported: %w", ErrInvalidArgument)
+	// ErrRuntimeAbsent: this host has no such runtime (not built in, not
+	// installed, or it cannot run here at all). Permanent: ask for another
+	// runtime. A kind of ErrRuntimeUnavailable, whose other errors are a
+	// runtime that is there but failing now (unhealthy), which may recover.
+	ErrRuntimeAbsent = fmt.Errorf("%w: not on this host", ErrRuntimeUnavailable)
+)
+
 // Wrap returns an error of class cls with a formatted, client-safe message.
 func Wrap(cls error, format string, args ...any) error {
 	return fmt.Errorf("%w: %s", cls, fmt.Sprintf(format, args...))

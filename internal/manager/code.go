@@ -162,6 +162,7 @@ func (cp *CodeProcess) follow(st *agentclient.Stream, ready chan<- error) {
 	defer cp.finish()
 	defer st.Close()
 	var out, errOut bytes.Buffer
+	var exit *agentproto.ExecResult
 	readySent := false
 	for {
 		ev, err := st.Next()
@@ -169,6 +170,7 @@ func (cp *CodeProcess) follow(st *agentclient.Stream, ready chan<- error) {
 			break
 		}
 		if ev.Type == agentproto.EventExit {
+			exit = ev.Result
 			if ev.Result != nil && ev.Result.Error != "" && errOut.Len() == 0 {
 				errOut.WriteString(ev.Result.Error) // it never ran: bad cwd, say
 			}
@@ -191,12 +193,31 @@ func (cp *CodeProcess) follow(st *agentclient.Stream, ready chan<- error) {
 		}
 	}
 	if !readySent {
-		msg := lastLine(errOut.String())
-		if msg == "" {
-			msg = "kernel exited at start"
-		}
-		ready <- public(errdefs.ErrUnavailable, "starting kernel: %s", cp.sb.red.redactString(msg))
+		ready <- kernelStartError(exit, errOut.String(), cp.sb.red.redactString)
 	}
+}
+
+// missingKernel matches the last stderr line of a bridge whose template has
+// no kernel for its language: python3 without jupyter_client or ipykernel
+// (the base template), no python3 or node at all (the shell's 127).
+var missingKernel = regexp.MustCompile(`No module named '(jupyter_client|ipykernel|jupyter_core|zmq)|NoSuchKernel|No such kernel|: not found$|executable file not found`)
+
+// kernelStartError is the error of a bridge that ended before it was
+// ready. Only what may pass is retryable (503): a template without the
+// kernel, or a start the agent refused (a cwd that does not exist), fails
+// the same way every time, so it is a 400 saying what to change.
+func kernelStartError(res *agentproto.ExecResult, stderr string, redact func(string) string) error {
+	msg := lastLine(stderr)
+	switch {
+	case res != nil && strings.HasPrefix(res.Error, "cwd "):
+		// It never ran: the context's cwd is missing or not a directory.
+		return public(errInvalid, "starting kernel: %s", redact(msg))
+	case (res != nil && res.ExitCode == 127) || missingKernel.MatchString(msg):
+		return public(errdefs.ErrTemplateUnsupported, "the sandbox's template has no kernel for this language (%s): use the code-interpreter template or one that installs it", redact(msg))
+	case msg == "":
+		msg = "kernel exited at start"
+	}
+	return public(errdefs.ErrUnavailable, "starting kernel: %s", redact(msg))
 }
 
 // lastLine returns the last non-empty line of s (a Python traceback's

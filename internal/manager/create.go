@@ -564,12 +564,18 @@ func (m *Manager) validateCreate(req api.CreateSandboxRequest) (spec, driver.Dri
 	if !known {
 		return sp, nil, public(errInvalid, "unknown runtime %q (want one of %s)", truncate(sp.Runtime, 32), strings.Join(knownRuntimes, ", "))
 	}
+	// Absent (or undetected: not installed, needs root) is permanent, a
+	// 400; unhealthy may recover at the next probe, a 503 with Retry-After.
 	drv, ok := m.drivers[sp.Runtime]
 	if !ok {
-		return sp, nil, public(errdefs.ErrRuntimeUnavailable, "runtime %s is not available on this host", sp.Runtime)
+		return sp, nil, public(errdefs.ErrRuntimeAbsent, "runtime %s is not available on this host", sp.Runtime)
 	}
-	if h := m.refreshHealth(context.Background(), false)[sp.Runtime]; h.State != driver.HealthHealthy {
-		return sp, nil, public(errdefs.ErrRuntimeUnavailable, "runtime %s is not usable on this host", sp.Runtime)
+	switch h := m.refreshHealth(context.Background(), false)[sp.Runtime]; h.State {
+	case driver.HealthHealthy:
+	case driver.HealthUndetected:
+		return sp, nil, public(errdefs.ErrRuntimeAbsent, "runtime %s is not available on this host", sp.Runtime)
+	default:
+		return sp, nil, public(errdefs.ErrRuntimeUnavailable, "runtime %s is not usable on this host now", sp.Runtime)
 	}
 	// The network (it may come from the tenant's default) is settled by
 	// networkFor.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/agentclient"
@@ -29,6 +30,10 @@ func cleanPath(p, field string) (string, error) {
 		return "", public(errInvalid, "%s is longer than %d bytes", field, maxPathLen)
 	case strings.IndexByte(p, 0) >= 0:
 		return "", public(errInvalid, "%s contains a NUL byte", field)
+	case !utf8.ValidString(p):
+		// The agent protocol is JSON, whose encoder would make each invalid
+		// byte U+FFFD: "a\xff" and "a\xfe" would name the same file.
+		return "", public(errInvalid, "%s is not valid UTF-8 (file names in the API are UTF-8; a tar upload or download carries other bytes as they are)", field)
 	case !strings.HasPrefix(p, "/"):
 		return "", public(errInvalid, "%s must be an absolute path", field)
 	}

@@ -237,6 +237,10 @@ func TestCleanPath(t *testing.T) {
 		{"", "", false},
 		{"/a\x00b", "", false},
 		{"/" + strings.Repeat("a", 5000), "", false},
+		// Invalid UTF-8 would become U+FFFD on the way to the agent.
+		{"/home/user/a\xff", "", false},
+		{"/home/user/\xc3", "", false},
+		{"/home/user/caf\u00e9 \ufffd", "/home/user/caf\u00e9 \ufffd", true},
 	}
 	for i, tt := range tests {
 		t.Run(string(rune('a'+i)), func(t *testing.T) {

@@ -39,7 +39,7 @@ func newCodeE2E(t testing.TB) *codeE2E {
 		defer cancel()
 		var progress strings.Builder
 		if _, _, err := e.tmpl.EnsureShipped(ctx, "code-interpreter", &progress); err != nil {
-			t.Skipf("code-interpreter template unavailable (%v):\n%s", err, progress.String())
+			t.Fatalf("code-interpreter template: %v\n%s", err, progress.String())
 		}
 	}
 	svc := interp.New(interp.Config{Backend: interp.ManagerBackend(e.m), Logger: testLog})
@@ -306,20 +306,26 @@ func TestE2ECodeContexts(t *testing.T) {
 		h.expect(h.req("DELETE", base+"/contexts/ctx_nope", key, nil), http.StatusNotFound, api.CodeNotFound)
 	})
 	t.Run("kernel-cannot-start", func(t *testing.T) {
-		// A cwd that does not exist is the request's mistake (400), not a
-		// kernel that failed.
-		r := h.req("POST", base+"/contexts", key, api.CodeContextRequest{Language: "bash", Cwd: "/no/such/dir"})
-		h.expect(r, http.StatusBadRequest, api.CodeInvalidArgument)
-		if msg := r.apiErr(t).Message; !strings.Contains(msg, "cwd /no/such/dir") {
-			t.Errorf("message %q", msg)
+		// Permanent failures are 4xx saying what to change, never a
+		// retryable 503.
+		permanent := func(r resp, code, want string) {
+			t.Helper()
+			h.expect(r, http.StatusBadRequest, code)
+			if msg := r.apiErr(t).Message; !strings.Contains(msg, want) {
+				t.Errorf("message %q lacks %q", msg, want)
+			}
+			if ra := r.Header.Get("Retry-After"); ra != "" {
+				t.Errorf("a permanent failure says Retry-After %q", ra)
+			}
 		}
-		// The base template has no Jupyter: the error says so.
+		permanent(h.req("POST", base+"/contexts", key, api.CodeContextRequest{Language: "bash", Cwd: "/no/such/dir"}),
+			api.CodeInvalidArgument, "/no/such/dir")
+		// The base template has no Jupyter and no node: the error says so.
 		plain := h.create("acme", api.CreateSandboxRequest{})
-		r = h.req("POST", "/v1/sandboxes/"+plain.ID+"/code", key, api.CodeRequest{Code: "1"})
-		h.expect(r, http.StatusServiceUnavailable, api.CodeUnavailable)
-		if msg := r.apiErr(t).Message; !strings.Contains(msg, "jupyter_client") && !strings.Contains(msg, "python3") {
-			t.Errorf("message %q", msg)
-		}
+		permanent(h.req("POST", "/v1/sandboxes/"+plain.ID+"/code", key, api.CodeRequest{Code: "1"}),
+			api.CodeTemplateUnsupported, "jupyter_client")
+		permanent(h.req("POST", "/v1/sandboxes/"+plain.ID+"/code", key, api.CodeRequest{Code: "1", Language: "javascript"}),
+			api.CodeTemplateUnsupported, "node")
 		var l api.CodeContextList
 		h.req("GET", base+"/contexts", key, nil).json(t, &l)
 		if len(l.Contexts) != 2 {

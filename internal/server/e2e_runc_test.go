@@ -78,7 +78,7 @@ func newE2E(t testing.TB, opts ...func(*e2e)) *e2e {
 		defer cancel()
 		var progress strings.Builder
 		if _, err := tmpl.EnsureBase(ctx, &progress); err != nil {
-			t.Skipf("base template unavailable (%v):\n%s", err, progress.String())
+			t.Fatalf("base template: %v\n%s", err, progress.String())
 		}
 	}
 	dataDir, err := os.MkdirTemp("", "airlock-server-e2e-")
@@ -138,7 +138,7 @@ func (e *e2e) start() {
 	}
 	if h := drv.Probe(context.Background()); h.State != driver.HealthHealthy {
 		drv.Close()
-		e.t.Skipf("runc driver not usable here: %s", h.Description)
+		testutil.HostLacks(e.t, "runc driver not usable here: %s", h.Description)
 	}
 	s := config.Default()
 	s.DataDir = e.dataDir

@@ -44,6 +44,7 @@ var classes = []struct {
 	{manager.ErrExecNotFound, http.StatusNotFound, api.CodeExecNotFound, "exec not found"},
 	{manager.ErrTemplateNotFound, http.StatusNotFound, api.CodeTemplateNotFound, "template not found"},
 	{errdefs.ErrNotFound, http.StatusNotFound, api.CodeNotFound, "not found"},
+	{errdefs.ErrTemplateUnsupported, http.StatusBadRequest, api.CodeTemplateUnsupported, "the sandbox's template does not support this"},
 	{errdefs.ErrInvalidArgument, http.StatusBadRequest, api.CodeInvalidArgument, "invalid argument"},
 	{errdefs.ErrUnauthenticated, http.StatusUnauthorized, api.CodeUnauthenticated, "missing or invalid api key"},
 	{errdefs.ErrPermissionDenied, http.StatusForbidden, api.CodePermissionDenied, "permission denied"},
@@ -54,6 +55,9 @@ var classes = []struct {
 	{errdefs.ErrQuotaExceeded, http.StatusTooManyRequests, api.CodeQuotaExceeded, "quota exceeded"},
 	{errdefs.ErrRateLimited, http.StatusTooManyRequests, api.CodeRateLimited, "rate limited"},
 	{errdefs.ErrCapacityExhausted, http.StatusServiceUnavailable, api.CodeCapacityExhausted, "host is at capacity"},
+	// A runtime the host lacks is permanent; one it has but that fails
+	// now (unhealthy) may recover: only that one is retryable.
+	{errdefs.ErrRuntimeAbsent, http.StatusBadRequest, api.CodeRuntimeUnavailable, "runtime not available on this host"},
 	{errdefs.ErrRuntimeUnavailable, http.StatusServiceUnavailable, api.CodeRuntimeUnavailable, "runtime unavailable"},
 	{manager.ErrAgentUnavailable, http.StatusServiceUnavailable, api.CodeAgentUnavailable, "sandbox agent is unavailable"},
 	{manager.ErrTemplateBuilding, http.StatusServiceUnavailable, api.CodeTemplateBuilding, "template is being built"},
@@ -75,7 +79,7 @@ func classify(err error) classified {
 		return classified{status: http.StatusRequestEntityTooLarge, code: api.CodePayloadTooLarge,
 			message: "request body exceeds " + strconv.FormatInt(mbe.Limit, 10) + " bytes"}
 	case errors.Is(err, context.DeadlineExceeded):
-		return classified{status: http.StatusServiceUnavailable, code: codeUnavailable, message: "timed out"}
+		return classified{status: http.StatusServiceUnavailable, code: codeUnavailable, message: "timed out", retryAfter: retryAfterDefault}
 	}
 	for _, cl := range classes {
 		if errors.Is(err, cl.err) {
@@ -99,10 +103,29 @@ func classify(err error) classified {
 	case errors.As(err, &ae) && c.status != http.StatusInternalServerError:
 		c.message = ae.Message
 	}
-	if c.retryAfter == 0 && (c.code == api.CodeCapacityExhausted || c.code == api.CodeRateLimited) {
-		c.retryAfter = 5 * time.Second
+	if c.retryAfter == 0 && (c.status == http.StatusServiceUnavailable || c.status == http.StatusTooManyRequests) {
+		c.retryAfter = retryAfterOf(c.code)
 	}
 	return c
+}
+
+// Retry-After of the retryable answers that give none of their own. A 503
+// is only ever a transient condition (docs/api.md promises Retry-After on
+// every one); what can never succeed as asked is a 4xx.
+const (
+	// retryAfterDefault: capacity, rate and quota limits, an agent that
+	// did not answer, a store that was busy, a timeout: seconds.
+	retryAfterDefault = 5 * time.Second
+	// retryAfterRuntime: an unhealthy runtime is probed again after the
+	// manager's health TTL (30 s); asking sooner gets the same answer.
+	retryAfterRuntime = 30 * time.Second
+)
+
+func retryAfterOf(code string) time.Duration {
+	if code == api.CodeRuntimeUnavailable {
+		return retryAfterRuntime
+	}
+	return retryAfterDefault
 }
 
 // publicMsg is an error the server itself raises with a client-safe text.

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/agentproto"
@@ -138,7 +139,7 @@ func (s *Server) fsStat(w http.ResponseWriter, r *http.Request, p auth.Principal
 
 func (s *Server) fsMkdir(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	var req api.MkdirRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
+	if err := decodePathJSON(w, r, &req); err != nil {
 		return err
 	}
 	parents := req.Parents == nil || *req.Parents
@@ -152,7 +153,7 @@ func (s *Server) fsMkdir(w http.ResponseWriter, r *http.Request, p auth.Principa
 
 func (s *Server) fsMove(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	var req api.MoveRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
+	if err := decodePathJSON(w, r, &req); err != nil {
 		return err
 	}
 	fi, err := s.m.Move(r.Context(), p, r.PathValue("id"), req.From, req.To, req.User)
@@ -174,6 +175,60 @@ func (s *Server) fsRemove(w http.ResponseWriter, r *http.Request, p auth.Princip
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// decodePathJSON is decodeJSON for a body that names files. A name that is
+// not valid UTF-8 cannot be named in JSON, and the decoder would silently
+// turn what tries (a raw invalid byte, or an escaped half of a surrogate
+// pair such as "\udcff", which is what Python's json.dumps makes of a
+// surrogate-escaped file name) into U+FFFD: another name, maybe another
+// file. Such a body is refused instead.
+func decodePathJSON(w http.ResponseWriter, r *http.Request, dst any) error {
+	if r.ContentLength <= maxJSONBody {
+		b, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
+		if err != nil {
+			return errf(errdefs.ErrInvalidArgument, "reading the request body failed")
+		}
+		if !utf8.Valid(b) || hasLoneSurrogate(b) {
+			return errf(errdefs.ErrInvalidArgument, "request body holds a string that is not valid UTF-8: file names in the API are UTF-8 (a tar upload carries other names as they are)")
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	return decodeJSON(w, r, dst, false)
+}
+
+// hasLoneSurrogate reports whether JSON text b holds a \u escape of a
+// UTF-16 surrogate that is not part of a high-low pair.
+func hasLoneSurrogate(b []byte) bool {
+	unit := func(i int) (rune, bool) {
+		if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 16)
+		return rune(n), err == nil
+	}
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		r, ok := unit(i)
+		if !ok {
+			i++ // an escape of one character (\\ included): skip it
+			continue
+		}
+		switch {
+		case r >= 0xd800 && r < 0xdc00:
+			if lo, ok := unit(i + 6); ok && lo >= 0xdc00 && lo < 0xe000 {
+				i += 11
+				continue
+			}
+			return true
+		case r >= 0xdc00 && r < 0xe000:
+			return true
+		}
+		i += 5
+	}
+	return false
 }
 
 // copyResponse copies r into the response body after WriteHeader. The

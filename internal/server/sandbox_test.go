@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/driver"
 )
 
 func TestHealthzReadyzNeedNoKey(t *testing.T) {
@@ -120,7 +121,8 @@ func TestBadInputs(t *testing.T) {
 		{"wrong-type", "POST", "/v1/sandboxes", key, `{"timeout_s": "long"}`, nil, 400, api.CodeInvalidArgument},
 		{"json-body-too-large", "POST", "/v1/sandboxes", key, huge, nil, 413, api.CodePayloadTooLarge},
 		{"unknown-runtime", "POST", "/v1/sandboxes", key, `{"runtime": "docker"}`, nil, 400, api.CodeInvalidArgument},
-		{"runtime-not-on-host", "POST", "/v1/sandboxes", key, `{"runtime": "gvisor"}`, nil, 503, api.CodeRuntimeUnavailable},
+		// Permanent: the host lacks it (503 would invite retries forever).
+		{"runtime-not-on-host", "POST", "/v1/sandboxes", key, `{"runtime": "gvisor"}`, nil, 400, api.CodeRuntimeUnavailable},
 		{"memory-over-max", "POST", "/v1/sandboxes", key, `{"resources": {"memory_mb": 999999}}`, nil, 400, api.CodeInvalidArgument},
 		{"negative-cpu", "POST", "/v1/sandboxes", key, `{"resources": {"cpu": -1}}`, nil, 400, api.CodeInvalidArgument},
 		{"timeout-zero", "POST", "/v1/sandboxes", key, `{"timeout_s": 0}`, nil, 400, api.CodeInvalidArgument},
@@ -188,6 +190,32 @@ func TestBadInputs(t *testing.T) {
 	if res := h.exec("acme", sb.ID, api.ExecRequest{Cmd: []string{"true"}}); intp(res.ExitCode) != "0" {
 		t.Fatalf("sandbox broken after bad inputs: %+v", res)
 	}
+}
+
+// TestRuntimeAbsentOrUnhealthy: a runtime the host lacks is a permanent
+// 400; one it has but that is unhealthy now is a 503 with Retry-After, and
+// creates work again once a later probe finds it healthy.
+func TestRuntimeAbsentOrUnhealthy(t *testing.T) {
+	h := newHarness(t)
+	key := h.key("acme")
+	r := h.req("POST", "/v1/sandboxes", key, `{"runtime": "gvisor"}`)
+	h.expect(r, http.StatusBadRequest, api.CodeRuntimeUnavailable)
+	if ra := r.Header.Get("Retry-After"); ra != "" {
+		t.Fatalf("an absent runtime says Retry-After %q", ra)
+	}
+	h.drv.SetHealth(driver.Health{State: driver.HealthUnhealthy, Description: "cgroups missing"})
+	h.clock.Advance(time.Minute) // past the health TTL: probed again
+	r = h.req("POST", "/v1/sandboxes", key, `{"runtime": "runc"}`)
+	h.expect(r, http.StatusServiceUnavailable, api.CodeRuntimeUnavailable)
+	if ra := r.Header.Get("Retry-After"); ra != "30" {
+		t.Fatalf("an unhealthy runtime says Retry-After %q, want 30", ra)
+	}
+	h.drv.SetHealth(driver.Health{State: driver.HealthUndetected, Description: "needs root"})
+	h.clock.Advance(time.Minute)
+	h.expect(h.req("POST", "/v1/sandboxes", key, `{"runtime": "runc"}`), http.StatusBadRequest, api.CodeRuntimeUnavailable)
+	h.drv.SetHealth(driver.Health{State: driver.HealthHealthy, Description: "ok"})
+	h.clock.Advance(time.Minute)
+	h.expect(h.req("POST", "/v1/sandboxes", key, `{"runtime": "runc"}`), http.StatusCreated, "")
 }
 
 // TestUploadTooLargeFromHeader sends only the headers of a 10 GiB upload:

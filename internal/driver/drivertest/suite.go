@@ -55,8 +55,9 @@ func Run(t *testing.T, d driver.Driver, tmpl driver.Template, opts ...Option) {
 			})
 		}
 	})
-	// The CPU ratio is measured alone: parallel cases would steal the CPU
-	// time the quota allows and make the sandbox look over-throttled.
+	// The quota's enforcement is read from the kernel's counters, which
+	// other work on the host cannot make it look wrong; it runs after the
+	// parallel cases only to keep their load off its sandbox.
 	t.Run("CPUQuota", func(t *testing.T) { testCPUQuota(t, d, tmpl) })
 	t.Run("Recover", func(t *testing.T) {
 		if o.reopen == nil {
@@ -270,31 +271,48 @@ func testMemoryBomb(t *testing.T, d driver.Driver, tmpl driver.Template) {
 	s.alive(t)
 }
 
-// testCPUQuota: two busy loops in a sandbox limited to half a CPU use about
-// half a CPU second per wall second (unthrottled they would use two).
+// testCPUQuota: a sandbox limited to half a CPU, running two busy loops
+// (which could use two), is held to its quota. It asserts what the limit
+// guarantees, read from the host cgroup that enforces it: the quota is set,
+// the kernel throttled the group, and the group never used more than the
+// quota over the whole measurement. Never a share of the host's CPU: on a
+// host that other work keeps busy the sandbox may get less than its quota
+// (a run of the whole suite once measured 0.19 of a CPU), and that is not a
+// fault of the limit.
 func testCPUQuota(t *testing.T, d driver.Driver, tmpl driver.Template) {
-	stater, ok := d.(driver.Stater)
-	if !ok {
-		t.Skip("driver has no Stats")
-	}
 	s := create(t, d, tmpl, driver.Resources{CPU: 0.5})
-	before, err := stater.Stats(ctxT(t), s.id)
-	if err != nil {
-		t.Fatal(err)
+	// Under gVisor the pid Inspect reports is the Sentry's, in the same
+	// cgroup as everything the sandbox runs.
+	g, quota := quotaGroup(t, s.initPid(t))
+	if quota < 0.49 || quota > 0.51 {
+		t.Fatalf("CPU quota %.2f of a CPU on %s, want 0.5", quota, g.dir)
 	}
-	start := time.Now()
-	s.mustSh(t, "", `timeout 3 sh -c 'while :; do :; done' & timeout 3 sh -c 'while :; do :; done' & wait; true`)
-	wall := time.Since(start).Seconds()
-	after, err := stater.Stats(ctxT(t), s.id)
-	if err != nil {
-		t.Fatal(err)
+	before, start := g.stat(t), time.Now()
+	// In the background, so that the group is sampled while it runs; the
+	// loops end by themselves, and with the sandbox.
+	s.mustSh(t, "", `for i in 1 2; do nohup timeout 120 sh -c 'while :; do :; done' >/dev/null 2>&1 & done`)
+	// Run until the kernel has throttled the group in a few periods: on a
+	// quiet host that is the first few hundred ms; on a busy one the loops
+	// reach the quota in a period less often, but they do.
+	var after cpuStat
+	if !eventually(90*time.Second, func() bool {
+		after = g.stat(t)
+		return after.throttled >= before.throttled+5 && time.Since(start) > time.Second
+	}) {
+		t.Errorf("the group was throttled in %d of %d periods: the quota is not enforced", after.throttled-before.throttled, after.periods-before.periods)
 	}
-	ratio := (after.CPUSeconds - before.CPUSeconds) / wall
-	t.Logf("cpu %.2fs over %.2fs wall: ratio %.2f", after.CPUSeconds-before.CPUSeconds, wall, ratio)
-	// The lower bound is loose: on a busy host the sandbox may get less
-	// than its quota. The upper one is what the quota guarantees.
-	if ratio > 0.7 || ratio < 0.2 {
-		t.Errorf("CPU ratio %.2f, want ≈ 0.5", ratio)
+	wall := time.Since(start)
+	used := after.usage - before.usage
+	t.Logf("%v of CPU over %v (%.2f of a CPU), throttled in %d of %d periods", used.Round(time.Millisecond), wall.Round(time.Millisecond),
+		used.Seconds()/wall.Seconds(), after.throttled-before.throttled, after.periods-before.periods)
+	// What the quota guarantees: at most quota × wall time, give or take
+	// the period the first sample fell into and the kernel's overrun of
+	// each period (a tick per CPU before the throttle lands: 0.54 of a CPU
+	// measured here for 0.5), a quarter of the quota at most. Unthrottled,
+	// the two loops would use 2.
+	const period = 100 * time.Millisecond
+	if limit := time.Duration(1.25*quota*float64(wall)) + period; used > limit {
+		t.Errorf("the group used %v of CPU in %v, more than its quota allows (%v)", used, wall, limit)
 	}
 }
 
@@ -593,8 +611,11 @@ func testUsers(t *testing.T, d driver.Driver, tmpl driver.Template) {
 // as long as the pause) and runs again after Resume.
 func testPauseResume(t *testing.T, d driver.Driver, tmpl driver.Template) {
 	p, ok := d.(driver.Pauser)
-	if !ok || !d.Capabilities().Pause {
-		t.Skip("driver cannot pause")
+	switch {
+	case !d.Capabilities().Pause:
+		t.Skip("the driver declares no pause (Capabilities.Pause)")
+	case !ok:
+		t.Fatal("the driver declares Capabilities.Pause but implements no driver.Pauser")
 	}
 	s := create(t, d, tmpl, driver.Resources{})
 	ctx := ctxT(t)
@@ -655,7 +676,9 @@ func testPauseResume(t *testing.T, d driver.Driver, tmpl driver.Template) {
 	<-readDone
 	mu.Lock()
 	defer mu.Unlock()
-	if len(stamps) < 10 {
+	// How many lines a busy host lets the loop print is not the point
+	// (a floor of 10 once was); the gap across the pause is.
+	if len(stamps) < 2 {
 		t.Fatalf("only %d clock lines", len(stamps))
 	}
 	var maxGap int64

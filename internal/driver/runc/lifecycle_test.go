@@ -20,6 +20,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/reaper"
 	"github.com/airlockhq/airlock/internal/storage"
+	"github.com/airlockhq/airlock/internal/testutil"
 )
 
 // started creates and starts a sandbox with spec's fields and returns a
@@ -153,10 +154,7 @@ func TestWithoutSubreaper(t *testing.T) {
 // TestJoinNetNS: a sandbox joins a network namespace the caller prepared.
 func TestJoinNetNS(t *testing.T) {
 	requireHost(t)
-	ip := "ip"
-	if _, err := exec.LookPath(ip); err != nil {
-		t.Skip("requires iproute2")
-	}
+	ip := testutil.RequiresBinary(t, "ip")
 	tmpl := baseTemplate(t)
 	name := "airlock-runc-test-" + strconv.Itoa(os.Getpid())
 	if out, err := exec.Command(ip, "netns", "add", name).CombinedOutput(); err != nil {
@@ -164,7 +162,7 @@ func TestJoinNetNS(t *testing.T) {
 	}
 	t.Cleanup(func() { exec.Command(ip, "netns", "del", name).Run() })
 	if out, err := exec.Command(ip, "-n", name, "link", "add", "airlockdummy0", "type", "veth", "peer", "name", "airlockdummy1").CombinedOutput(); err != nil {
-		t.Skipf("no veth interfaces: %v: %s", err, out)
+		testutil.HostLacks(t, "no veth interfaces: %v: %s", err, out)
 	}
 	d := newDriver(t, newDataDir(t))
 	c := started(t, d, driver.Spec{ID: "sbx_netns" + strconv.Itoa(os.Getpid()), Template: tmpl, NetNSPath: filepath.Join("/run/netns", name)})
