@@ -127,6 +127,7 @@ func TestExecExitCodes(t *testing.T) {
 		{name: "not executable", args: []string{"exec", "sbx_1", "--", "noexec"}, wantCode: 126, wantStderr: `permission denied (exec_failed)`},
 		{name: "missing cwd is not a missing command", args: []string{"exec", "sbx_1", "--", "nocwd"}, wantCode: 126, wantStderr: `no such file or directory (exec_failed)`},
 		{name: "cannot start, no reason", args: []string{"exec", "sbx_1", "--", "failed"}, wantCode: 126, wantStderr: `could not start (exec_failed)`},
+		{name: "the server's exit code wins", args: []string{"exec", "sbx_1", "--", "badinterp"}, wantCode: 126, wantStderr: `interpreter /nope not found (exec_failed)`},
 		{name: "agent lost", args: []string{"exec", "sbx_1", "--", "agentlost"}, wantCode: 125, wantStderr: "sandbox agent (agent_unavailable)"},
 		{name: "no stdin without -i", args: []string{"exec", "sbx_1", "--", "cat"}, stdin: "not sent", wantCode: 0, wantStdout: ""},
 		{name: "missing sandbox", args: []string{"exec", "sbx_nope", "--", "echo"}, wantCode: 125,

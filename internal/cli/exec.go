@@ -19,11 +19,6 @@ import (
 	"github.com/airlockhq/airlock/client"
 )
 
-// execFailedCode is the exec error code of a command that could not start
-// (api.ExecResult.ErrorCode; its Error says why, e.g. "executable file not
-// found").
-const execFailedCode = "exec_failed"
-
 func (a *app) newExecCmd() *cobra.Command {
 	var f execFlags
 	cmd := &cobra.Command{
@@ -267,9 +262,14 @@ func execExit(res *api.ExecResult) (int, string) {
 		return exitSignal + int(unix.SIGKILL), fmt.Sprintf("command killed: %s (%s)", orDefault(res.Error, "its sandbox stopped"), codeOr(api.ExecCodeSandboxStopped))
 	case api.ExecError:
 		switch res.ErrorCode {
-		case execFailedCode, "":
+		case api.ExecCodeExecFailed, "":
 			why := orDefault(res.Error, "command could not start")
-			return cannotRunCode(why), why + " (" + execFailedCode + ")"
+			// The server says 126 or 127 as a shell would; an older one
+			// gave no code and only the reason.
+			if res.ExitCode != nil && (*res.ExitCode == exitCannotExec || *res.ExitCode == exitNotFound) {
+				return *res.ExitCode, why + " (" + api.ExecCodeExecFailed + ")"
+			}
+			return cannotRunCode(why), why + " (" + api.ExecCodeExecFailed + ")"
 		}
 		// The platform's failure (agent lost, sandbox crashed), not the
 		// command's.

@@ -392,6 +392,10 @@ func (f *fakeAPI) exec(w http.ResponseWriter, r *http.Request, s *api.Sandbox) {
 		res = api.ExecResult{ID: "ex_1", Status: api.ExecError, ErrorCode: "exec_failed", Error: `chdir /nope: no such file or directory`}
 	case "failed":
 		res = api.ExecResult{ID: "ex_1", Status: api.ExecError, ErrorCode: "exec_failed"}
+	case "badinterp":
+		// The script was found; its #! interpreter was not: the server's
+		// 126 wins over the "not found" in the reason.
+		res = api.ExecResult{ID: "ex_1", Status: api.ExecError, ErrorCode: "exec_failed", ExitCode: ptrTo(126), Error: `/home/user/s.sh: interpreter /nope not found`}
 	case "agentlost":
 		res = api.ExecResult{ID: "ex_1", Status: api.ExecError, ErrorCode: api.ExecCodeAgentUnavailable, Error: "lost connection to the sandbox agent"}
 	case "expired":
