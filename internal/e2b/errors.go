@@ -37,6 +37,8 @@ type class struct {
 var classes = []class{
 	{manager.ErrSandboxNotFound, http.StatusNotFound, connect.CodeNotFound, "sandbox not found"},
 	{manager.ErrTemplateNotFound, http.StatusNotFound, connect.CodeNotFound, "template not found"},
+	{manager.ErrTemplateBuilding, http.StatusServiceUnavailable, connect.CodeUnavailable, "template is being built"},
+	{manager.ErrTemplateBuildFailed, http.StatusFailedDependency, connect.CodeFailedPrecondition, "template build failed"},
 	{errdefs.ErrNotFound, http.StatusNotFound, connect.CodeNotFound, "not found"},
 	{errdefs.ErrInvalidArgument, http.StatusBadRequest, connect.CodeInvalidArgument, "invalid argument"},
 	{errdefs.ErrUnauthenticated, http.StatusUnauthorized, connect.CodeUnauthenticated, "missing or invalid api key"},

@@ -45,6 +45,7 @@ func TestRetryableAnswers(t *testing.T) {
 		{"runtime_absent", errdefs.ErrRuntimeAbsent, 400, ""},
 		{"runtime_unhealthy", errdefs.ErrRuntimeUnavailable, 503, "30"},
 		{"template_unsupported", errdefs.ErrTemplateUnsupported, 400, ""},
+		{"template_build_failed", fmt.Errorf("%w: bld_1", manager.ErrTemplateBuildFailed), http.StatusFailedDependency, ""},
 		{"own_retry_after", &manager.PublicError{Msg: "building", RetryAfter: time.Minute, Err: errdefs.ErrUnavailable}, 503, "60"},
 	}
 	for _, tt := range tests {
