@@ -375,6 +375,20 @@ type Info struct {
 	Version string       `json:"version"`
 	Drivers []DriverInfo `json:"drivers"`
 	Limits  Limits       `json:"limits"`
+	// Host is shown to admin keys only: the host-wide names this daemon
+	// owns (its host slot), so that an operator can tell two daemons on
+	// one host apart.
+	Host *HostInfo `json:"host,omitempty"`
+}
+
+// HostInfo names the host-wide resources of one daemon (its host slot).
+type HostInfo struct {
+	Slot         int    `json:"slot"`
+	NftTable     string `json:"nft_table"`
+	VethPrefix   string `json:"veth_prefix"`
+	Subnet       string `json:"subnet"`
+	NflogGroup   uint16 `json:"nflog_group"`
+	CgroupParent string `json:"cgroup_parent"`
 }
 
 // DriverInfo describes one runtime on this host.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/airlockhq/airlock/internal/hostslot"
 )
 
 // sysProbe is doctor's view of the host, so tests can play other hosts.
@@ -28,6 +30,8 @@ type sysProbe interface {
 	// OpenRW opens a device read-write and closes it again.
 	OpenRW(path string) error
 	Executable() (string, error)
+	// HostSlots lists the host slots daemons have claimed.
+	HostSlots() ([]hostslot.Slot, error)
 }
 
 // hostProbe is the real host.
@@ -40,6 +44,8 @@ func (hostProbe) Stat(path string) (fs.FileInfo, error) {
 	return os.Stat(path)
 }
 func (hostProbe) Executable() (string, error) { return os.Executable() }
+
+func (hostProbe) HostSlots() ([]hostslot.Slot, error) { return hostslot.List("") }
 
 func (hostProbe) OpenRW(path string) error {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -163,7 +169,34 @@ func runChecks(s sysProbe) []check {
 		checkBinary(s, "qemu (microvm)", "qemu-system-x86_64", false, "--version", "apt-get install qemu-system-x86"),
 		checkKVM(s),
 		checkBinary(s, "nft (network allowlists)", "nft", false, "--version", "apt-get install nftables"),
+		checkSlots(s),
 	}
+}
+
+// checkSlots says which daemons own host slots: each daemon on a host has
+// its own (internal/hostslot), and one that is not held may still have
+// sandboxes running under its names.
+func checkSlots(s sysProbe) check {
+	c := check{Name: "host slots", Status: checkInfo}
+	slots, err := s.HostSlots()
+	if err != nil {
+		c.Detail = oneLine(err)
+		return c
+	}
+	var parts []string
+	for _, sl := range slots {
+		who := "idle"
+		if sl.Held {
+			who = "pid " + strconv.Itoa(sl.PID)
+		}
+		parts = append(parts, fmt.Sprintf("%d: %s (%s, veths %s*)", sl.Slot, sl.DataDir, who, sl.IfPrefix))
+	}
+	if len(parts) == 0 {
+		c.Detail = "none claimed (no daemon has run since boot)"
+		return c
+	}
+	c.Detail = strings.Join(parts, "; ")
+	return c
 }
 
 func checkRoot(s sysProbe) check {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/airlockhq/airlock/internal/hostslot"
 )
 
 // fakeSys plays a host for doctor. Zero value: a healthy cgroup-v1 host
@@ -17,7 +19,10 @@ type fakeSys struct {
 	files   map[string]string // overrides of file contents ("" = absent)
 	noKVM   bool
 	badRunc bool
+	slots   []hostslot.Slot
 }
+
+func (s fakeSys) HostSlots() ([]hostslot.Slot, error) { return s.slots, nil }
 
 var healthyFiles = map[string]string{
 	"/proc/cgroups": "#subsys_name\thierarchy\tnum_cgroups\tenabled\ncpuset\t3\t1\t1\ncpu\t4\t60\t1\ncpuacct\t4\t60\t1\n" +
@@ -123,6 +128,11 @@ func TestDoctorChecks(t *testing.T) {
 		{name: "qemu missing", sys: fakeSys{missing: map[string]bool{"qemu-system-x86_64": true}}, check: "qemu (microvm)",
 			wantStatus: checkMissing, wantFix: "apt-get install qemu-system-x86"},
 		{name: "no kvm", sys: fakeSys{noKVM: true}, check: "/dev/kvm (microvm)", wantStatus: checkMissing, wantFix: "modprobe kvm_intel"},
+		{name: "no host slots", check: "host slots", wantStatus: checkInfo, wantDetail: "none claimed"},
+		{name: "host slots", sys: fakeSys{slots: []hostslot.Slot{
+			{Names: hostslot.NamesOf(0), DataDir: "/var/lib/airlock", PID: 42, Held: true},
+			{Names: hostslot.NamesOf(2), DataDir: "/tmp/other"}}},
+			check: "host slots", wantStatus: checkInfo, wantDetail: "0: /var/lib/airlock (pid 42, veths alv*); 2: /tmp/other (idle, veths al2v*)"},
 		{name: "nft missing", sys: fakeSys{missing: map[string]bool{"nft": true}}, check: "nft (network allowlists)",
 			wantStatus: checkMissing, wantFix: "apt-get install nftables"},
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/build"
@@ -370,7 +371,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	})
 	srv := server.New(server.Config{
 		Manager: m, Auth: authn, Metrics: metrics, Logger: log, Version: version.Version,
-		MaxUploadBytes: cfg.MaxUploadBytes, Audit: rec, Code: code, E2B: eh,
+		MaxUploadBytes: cfg.MaxUploadBytes, Audit: rec, Code: code, E2B: eh, Host: hostInfo(slot.Names),
 	})
 	// After the server's streams end (serve returns) and before the
 	// manager closes (deferred earlier, so it runs later).
@@ -651,6 +652,12 @@ func lockDataDir(dir string) (func(), error) {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return func() { f.Close() }, nil
+}
+
+// hostInfo is what GET /v1/info tells admins of the host slot.
+func hostInfo(n hostslot.Names) *api.HostInfo {
+	return &api.HostInfo{Slot: n.Slot, NftTable: n.Table, VethPrefix: n.IfPrefix, Subnet: n.Subnet.String(),
+		NflogGroup: n.LogGroup, CgroupParent: n.CgroupParent}
 }
 
 // claimSlot claims the data dir's host slot (internal/hostslot). The

@@ -222,6 +222,11 @@ func TestTemplatesEndToEnd(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "template start command exited (exit code 3) before the ready check passed") {
 			t.Errorf("create with a failing start command: %v", err)
 		}
+		// The template's defect is permanent: no retryable 503.
+		var ae *client.APIError
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusBadRequest || ae.Code != api.CodeTemplateUnsupported {
+			t.Errorf("create with a failing start command: %#v, want 400 %s", err, api.CodeTemplateUnsupported)
+		}
 	})
 
 	t.Run("list-get-versions", func(t *testing.T) {

@@ -240,3 +240,28 @@ func TestAcquireReclaimsIdleSlots(t *testing.T) {
 		t.Fatalf("got %d, want the idle slot 5", c.Slot)
 	}
 }
+
+// TestList: every claim is listed with the data dir it names and whether a
+// daemon holds it now.
+func TestList(t *testing.T) {
+	fakeCgroups(t)
+	claims := t.TempDir()
+	a, b := dataDir(t), dataDir(t)
+	ca := acquire(t, claims, a, Options{})
+	cb := acquire(t, claims, b, Options{})
+	cb.Release()
+	got, err := List(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Slot{
+		{Names: NamesOf(ca.Slot), DataDir: a, PID: os.Getpid(), Held: true},
+		{Names: NamesOf(cb.Slot), DataDir: b, PID: os.Getpid(), Held: false},
+	}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("List = %+v, want %+v", got, want)
+	}
+	if l, err := List(t.TempDir()); err != nil || len(l) != 0 {
+		t.Fatalf("no claims: %+v %v", l, err)
+	}
+}

@@ -326,9 +326,11 @@ func (m *Manager) startTemplate(ctx context.Context, p auth.Principal, sb *sandb
 			if res.ExitCode != nil {
 				how = fmt.Sprintf("%s (exit code %d)", res.Status, *res.ExitCode)
 			}
+			// The template's own defect: a retry starts the same command
+			// and fails the same way, so it is no retryable 503.
 			return &PublicError{
 				Msg: fmt.Sprintf("template start command %s before the ready check passed", how),
-				Err: errdefs.ErrUnavailable,
+				Err: errdefs.ErrTemplateUnsupported,
 			}
 		case <-ctx.Done():
 			msg := "template ready check did not pass in time"

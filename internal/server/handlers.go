@@ -29,8 +29,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) info(w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
-	writeJSON(w, http.StatusOK, s.m.Info(r.Context(), s.cfg.Version))
+func (s *Server) info(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	info := s.m.Info(r.Context(), s.cfg.Version)
+	if p.Admin {
+		info.Host = s.cfg.Host
+	}
+	writeJSON(w, http.StatusOK, info)
 	return nil
 }
 

@@ -466,6 +466,15 @@ func TestInfoAndMetrics(t *testing.T) {
 	if info.Version != "test" || len(info.Drivers) != 4 || info.Limits.MaxSandboxes != 200 {
 		t.Fatalf("info %+v", info)
 	}
+	// The host's names are the operator's business: admins only.
+	if info.Host != nil {
+		t.Fatalf("a tenant key sees the host slot %+v", info.Host)
+	}
+	var adm api.Info
+	h.req("GET", "/v1/info", h.admin, nil).json(t, &adm)
+	if adm.Host == nil || adm.Host.Slot != 3 || adm.Host.NftTable != "airlock_3" {
+		t.Fatalf("admin info host %+v", adm.Host)
+	}
 	for _, d := range info.Drivers {
 		want := "undetected"
 		if d.Name == "runc" {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -33,6 +34,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported by /v1/info.
 	Version string
+	// Host is the daemon's host slot, reported by /v1/info to admin keys.
+	Host *api.HostInfo
 	// MaxUploadBytes bounds a file upload or stdin body.
 	MaxUploadBytes int64
 	// Heartbeat is the SSE keep-alive interval (at most 15 s per API.md);
