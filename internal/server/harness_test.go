@@ -179,7 +179,7 @@ func (h *harness) start() {
 	}
 	h.m = m
 	h.srv = server.New(server.Config{Manager: m, Auth: h.auth, Logger: testLog, Version: "test",
-		Host: &api.HostInfo{Slot: 3, NftTable: "airlock_3", VethPrefix: "al3v", Subnet: "10.230.32.0/20", CgroupParent: "airlock/slot3"},
+		Host:           &api.HostInfo{Slot: 3, NftTable: "airlock_3", VethPrefix: "al3v", Subnet: "10.230.32.0/20", CgroupParent: "airlock/slot3"},
 		MaxUploadBytes: h.maxUp, Heartbeat: 200 * time.Millisecond, Audit: h.rec, Metrics: h.metrics, E2B: h.e2b})
 	h.ts = httptest.NewServer(h.srv.Handler())
 	h.url = h.ts.URL
