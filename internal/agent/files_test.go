@@ -350,6 +350,14 @@ func TestTarRoundTrip(t *testing.T) {
 	if err := os.Chmod(f.host("home/user/src/a.txt"), 0o751); err != nil {
 		t.Fatal(err)
 	}
+	// Old times on the directories, set last (their entries touch them):
+	// the copy keeps them.
+	old := time.Date(2020, 5, 17, 10, 0, 0, 0, time.UTC)
+	for _, d := range []string{"home/user/src/sub", "home/user/src/empty"} {
+		if err := os.Chtimes(f.host(d), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rc, err := f.c.TarOut(ctx, "/home/user/src", "")
 	if err != nil {
 		t.Fatal(err)
@@ -393,6 +401,11 @@ func TestTarRoundTrip(t *testing.T) {
 	}
 	if fi, err := os.Stat(f.host("home/user/dst/nested/empty")); err != nil || !fi.IsDir() {
 		t.Fatalf("empty dir: %v", err)
+	}
+	for _, d := range []string{"sub", "empty"} {
+		if fi, err := os.Stat(f.host("home/user/dst/nested/" + d)); err != nil || !fi.ModTime().Equal(old) {
+			t.Errorf("directory %s: mtime %v (%v), want %v", d, fi.ModTime(), err, old)
+		}
 	}
 	t.Run("single_file", func(t *testing.T) {
 		rc, err := f.c.TarOut(ctx, "/home/user/src/a.txt", "")

@@ -264,11 +264,13 @@ func walkParent(dirfd int, rel string) (int, string, error) {
 	return cur, base, nil
 }
 
-// dirMode is a directory's mode to apply after unpacking: a read-only
-// directory must stay writable until its entries are in.
+// dirMode is a directory's mode and times to apply after unpacking: a
+// read-only directory must stay writable until its entries are in, and
+// every entry made in it changes its mtime.
 type dirMode struct {
-	rel  string
-	mode uint32
+	rel   string
+	mode  uint32
+	times []unix.Timespec
 }
 
 // unpack extracts tr below dirfd.
@@ -308,6 +310,9 @@ func unpack(dirfd int, tr *tar.Reader) error {
 			continue // replaced by a later entry
 		}
 		err = unix.Fchmod(fd, d.mode)
+		if err == nil {
+			err = unix.UtimesNanoAt(fd, "", d.times, unix.AT_EMPTY_PATH)
+		}
 		unix.Close(fd)
 		if err != nil {
 			return err
@@ -348,7 +353,7 @@ func unpackEntry(dirfd int, rel string, hdr *tar.Header, tr *tar.Reader, mode ui
 				return err
 			}
 		}
-		*dirs = append(*dirs, dirMode{rel: rel, mode: mode})
+		*dirs = append(*dirs, dirMode{rel: rel, mode: mode, times: times})
 		return nil
 	case tar.TypeReg: // tar.Reader turns the legacy TypeRegA into TypeReg
 		if isDir {
