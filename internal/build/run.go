@@ -460,7 +460,7 @@ func (b *Builder) runStep(ctx context.Context, sb *buildSandbox, in Instruction,
 		msg += fmt.Sprintf(" (a build sandbox has %d MiB)", b.cfg.Resources.MemoryMB)
 	}
 	if b.cfg.Network == nil && netFailure.MatchString(string(out.buf)) {
-		msg += "; build sandboxes have no network yet, so RUN cannot download anything (COPY files in from the build context instead)"
+		msg += "; this host gives build sandboxes no network (sandbox networking is off: no nftables, not root, or AIRLOCK_NO_NETWORK=1), so RUN cannot download anything (COPY files in from the build context instead)"
 	}
 	if t := out.String(); t != "" {
 		msg += "; last output:\n" + t
