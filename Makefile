@@ -33,12 +33,13 @@ deps:
 		echo "installing: nodejs npm"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
 
-## build: bin/airlock (daemon + CLI) and bin/airlock-agent (static, runs inside sandboxes).
+## build: bin/airlock (daemon + CLI), bin/airlock-agent (static, runs inside sandboxes), the bench tools.
 build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/airlock-agent ./cmd/airlock-agent
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/airlock ./cmd/airlock
 	$(GO) build -trimpath -o $(BIN)/airlock-bench ./cmd/airlock-bench
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/airlock-bench-probe ./cmd/airlock-bench/probe
 
 vet:
 	$(GO) vet ./...
