@@ -22,7 +22,8 @@ func TestLazy(t *testing.T) {
 	if m := r.FindSubmatch([]byte("q-7")); len(m) != 3 || string(m[2]) != "7" {
 		t.Errorf("FindSubmatch = %q", m)
 	}
-	if r.Regexp() != r.Regexp() {
+	first := r.Regexp()
+	if again := r.Regexp(); again != first {
 		t.Error("compiled twice")
 	}
 }

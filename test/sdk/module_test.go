@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -165,15 +164,12 @@ func inSDKModules(p string) bool {
 	return false
 }
 
-// goCommand returns the go command that runs this test's toolchain.
+// goCommand returns the go command on PATH.
 func goCommand(t *testing.T) string {
 	t.Helper()
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("no go command on PATH nor in GOROOT: %v", err)
+	p, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go command on PATH: %v", err)
 	}
 	return p
 }
