@@ -1,3 +1,3 @@
 module github.com/airlockhq/airlock/api
 
-go 1.23
+go 1.25

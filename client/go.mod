@@ -1,6 +1,6 @@
 module github.com/airlockhq/airlock/client
 
-go 1.23
+go 1.25
 
 require (
 	github.com/airlockhq/airlock/api v0.1.0

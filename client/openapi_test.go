@@ -173,7 +173,7 @@ func TestSpecStructure(t *testing.T) {
 // jsonFields lists the JSON names of a struct type's fields.
 func jsonFields(typ reflect.Type) []string {
 	var out []string
-	for i := range typ.NumField() { // not Fields(): the SDK builds with Go 1.23
+	for i := range typ.NumField() { // not Fields() (Go 1.26): the SDK builds with Go 1.25
 		f := typ.Field(i)
 		if !f.IsExported() {
 			continue

@@ -69,7 +69,7 @@ func TestSDKModuleStandsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	gomod := "module example.com/sdkuser\n\ngo 1.23\n\n" +
+	gomod := "module example.com/sdkuser\n\ngo 1.25\n\n" +
 		"require github.com/airlockhq/airlock/client v0.1.0\n\n" +
 		"replace (\n" +
 		"\tgithub.com/airlockhq/airlock/api => " + filepath.Join(root, "api") + "\n" +
