@@ -8,6 +8,9 @@ TEST_DATA   ?= /var/lib/airlock-test
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X github.com/airlockhq/airlock/internal/version.Version=$(VERSION)
+# The Go SDK and the API types are modules of their own (go.mod replaces them
+# with these directories); `go test ./...` from the root does not enter them.
+SDK_MODULES := api client
 # Host packages the daemon and the test suite need (Debian names).
 DEB_PACKAGES := runc runsc debootstrap e2fsprogs iproute2 nftables util-linux ca-certificates
 
@@ -30,26 +33,31 @@ deps:
 		echo "installing: nodejs npm"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
 
-## build: bin/airlock (daemon + CLI) and bin/airlock-agent (static, runs inside sandboxes).
+## build: bin/airlock (daemon + CLI), bin/airlock-agent (static, runs inside sandboxes), the bench tools.
 build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/airlock-agent ./cmd/airlock-agent
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/airlock ./cmd/airlock
 	$(GO) build -trimpath -o $(BIN)/airlock-bench ./cmd/airlock-bench
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/airlock-bench-probe ./cmd/airlock-bench/probe
 
 vet:
 	$(GO) vet ./...
+	@for m in $(SDK_MODULES); do echo "$(GO) -C $$m vet ./..."; $(GO) -C $$m vet ./... || exit 1; done
 
 lint:
 	$(GO) run $(STATICCHECK) ./...
+	@for m in $(SDK_MODULES); do echo "(cd $$m && staticcheck ./...)"; (cd $$m && $(GO) run $(STATICCHECK) ./...) || exit 1; done
 
 ## test: everything, root tests included (run as root; CI does).
 test: deps build vet lint
 	$(GO) test -race -count=1 -timeout 25m ./...
+	@for m in $(SDK_MODULES); do echo "$(GO) -C $$m test -race -count=1 ./..."; $(GO) -C $$m test -race -count=1 ./... || exit 1; done
 
 ## unit: the tests that need neither root nor host packages.
 unit:
 	$(GO) test -race -short ./...
+	@for m in $(SDK_MODULES); do $(GO) -C $$m test -race -short ./... || exit 1; done
 
 ## run: install, build, prepare the base template (with progress) and start the daemon.
 run: deps build

@@ -4,6 +4,8 @@ go 1.26.8
 
 require (
 	connectrpc.com/connect v1.21.1
+	github.com/airlockhq/airlock/api v0.1.0
+	github.com/airlockhq/airlock/client v0.1.0
 	github.com/coder/websocket v1.8.15
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/nftables v0.3.0
@@ -64,4 +66,12 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
+)
+
+// The SDK (client) and the API types (api) are modules of their own, so that
+// a program using the SDK does not depend on the daemon's modules; here they
+// are the tree's own copies (docs/sdk.md says how they are published).
+replace (
+	github.com/airlockhq/airlock/api => ./api
+	github.com/airlockhq/airlock/client => ./client
 )

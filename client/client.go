@@ -8,6 +8,15 @@
 //	c, err := client.New("", "", client.FromEnv())
 //	sbx, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base"})
 //	res, err := c.Exec(ctx, sbx.ID, api.ExecRequest{Cmd: []string{"echo", "hi"}})
+//
+// The SDK is a module of its own, github.com/airlockhq/airlock/client,
+// which requires github.com/airlockhq/airlock/api (the request and response
+// types) and github.com/coder/websocket, and nothing of the daemon's:
+//
+//	go get github.com/airlockhq/airlock/client@latest
+//
+// Versions are tagged client/vX.Y.Z and api/vX.Y.Z; docs/sdk.md in the
+// repository says how to build against a checkout.
 package client
 
 import (

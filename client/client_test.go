@@ -13,12 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/airlockhq/airlock/api"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // newTestClient starts h on loopback and returns a Client for it.
 func newTestClient(t *testing.T, h http.Handler, opts ...Option) *Client {

@@ -11,30 +11,34 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // Error classes. An *APIError matches exactly one of them with errors.Is
-// (invalid_state also matches ErrConflict: both are 409). They are the same
-// values as airlock's internal error classes, so server-side code can compare
-// too.
+// (invalid_state also matches ErrConflict: both are 409). They are this
+// SDK's own values: the server's classes stay inside the server, and what
+// crosses the wire is the stable API code (api.Code*), which codeClass maps
+// back to a class.
 var (
-	ErrInvalidArgument    = errdefs.ErrInvalidArgument    // 400 invalid_argument
-	ErrUnauthenticated    = errdefs.ErrUnauthenticated    // 401 unauthenticated
-	ErrPermissionDenied   = errdefs.ErrPermissionDenied   // 403 permission_denied
-	ErrNotFound           = errdefs.ErrNotFound           // 404 *_not_found
-	ErrConflict           = errdefs.ErrConflict           // 409 conflict
-	ErrInvalidState       = errdefs.ErrInvalidState       // 409 invalid_state
-	ErrAlreadyExists      = errdefs.ErrAlreadyExists      // 409 already_exists
-	ErrTooLarge           = errdefs.ErrTooLarge           // 413 payload_too_large
-	ErrQuotaExceeded      = errdefs.ErrQuotaExceeded      // 429 quota_exceeded
-	ErrRateLimited        = errdefs.ErrRateLimited        // 429 rate_limited
-	ErrInternal           = errdefs.ErrInternal           // 500 internal
-	ErrNotImplemented     = errdefs.ErrNotImplemented     // 501
-	ErrCapacityExhausted  = errdefs.ErrCapacityExhausted  // 503 capacity_exhausted
-	ErrRuntimeUnavailable = errdefs.ErrRuntimeUnavailable // runtime_unavailable: 400 absent, 503 unhealthy
-	ErrUnavailable        = errdefs.ErrUnavailable        // server unreachable, 502/504, other 503
+	ErrInvalidArgument    = errors.New("invalid argument")    // 400 invalid_argument
+	ErrUnauthenticated    = errors.New("unauthenticated")     // 401 unauthenticated
+	ErrPermissionDenied   = errors.New("permission denied")   // 403 permission_denied
+	ErrNotFound           = errors.New("not found")           // 404 *_not_found
+	ErrConflict           = errors.New("conflict")            // 409 conflict
+	ErrInvalidState       = errors.New("invalid state")       // 409 invalid_state
+	ErrAlreadyExists      = errors.New("already exists")      // 409 already_exists
+	ErrTooLarge           = errors.New("payload too large")   // 413 payload_too_large
+	ErrQuotaExceeded      = errors.New("quota exceeded")      // 429 quota_exceeded
+	ErrRateLimited        = errors.New("rate limited")        // 429 rate_limited
+	ErrInternal           = errors.New("internal error")      // 500 internal
+	ErrNotImplemented     = errors.New("not implemented")     // 501 not_implemented
+	ErrCapacityExhausted  = errors.New("capacity exhausted")  // 503 capacity_exhausted
+	ErrRuntimeUnavailable = errors.New("runtime unavailable") // runtime_unavailable: 400 absent, 503 unhealthy
+	ErrUnavailable        = errors.New("unavailable")         // server unreachable, 502/504, other 503
 )
+
+// codeAlreadyExists is a code the server may add for ErrAlreadyExists
+// (it answers conflict today); the SDK knows it ahead.
+const codeAlreadyExists = "already_exists"
 
 // codeClass maps the API's stable error codes to classes.
 var codeClass = map[string]error{
@@ -47,7 +51,7 @@ var codeClass = map[string]error{
 	api.CodeNotFound:           ErrNotFound,
 	api.CodeConflict:           ErrConflict,
 	api.CodeInvalidState:       ErrInvalidState,
-	"already_exists":           ErrAlreadyExists,
+	codeAlreadyExists:          ErrAlreadyExists,
 	api.CodePayloadTooLarge:    ErrTooLarge,
 	api.CodeQuotaExceeded:      ErrQuotaExceeded,
 	api.CodeRateLimited:        ErrRateLimited,
@@ -59,8 +63,8 @@ var codeClass = map[string]error{
 	// host must change (the build's log says which).
 	api.CodeTemplateBuildFailed: ErrInvalidArgument,
 	api.CodeInternal:            ErrInternal,
-	"not_implemented":           ErrNotImplemented,
-	"unavailable":               ErrUnavailable,
+	api.CodeNotImplemented:      ErrNotImplemented,
+	api.CodeUnavailable:         ErrUnavailable,
 	// The sandbox's template lacks what the request needs: change it.
 	api.CodeTemplateUnsupported: ErrInvalidArgument,
 }
@@ -220,9 +224,9 @@ func codeForStatus(status int) string {
 	case ErrRateLimited:
 		return api.CodeRateLimited
 	case ErrNotImplemented:
-		return "not_implemented"
+		return api.CodeNotImplemented
 	case ErrUnavailable:
-		return "unavailable"
+		return api.CodeUnavailable
 	default:
 		return api.CodeInternal
 	}

@@ -3,7 +3,9 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"reflect"
@@ -17,10 +19,18 @@ import (
 	"github.com/airlockhq/airlock/api"
 )
 
-// loadSpec parses api/openapi.yaml.
+// loadSpec parses api/openapi.yaml, the api module's sibling directory in
+// the airlock repository.
 func loadSpec(t *testing.T) map[string]any {
 	t.Helper()
 	b, err := os.ReadFile("../api/openapi.yaml")
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, rerr := os.Stat("../go.mod"); errors.Is(rerr, fs.ErrNotExist) {
+			// A copy of this module alone (the module cache, a vendor
+			// directory): the spec checks run in the repository.
+			t.Skip("../api/openapi.yaml: not in the airlock repository")
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +174,8 @@ func TestSpecStructure(t *testing.T) {
 // jsonFields lists the JSON names of a struct type's fields.
 func jsonFields(typ reflect.Type) []string {
 	var out []string
-	for f := range typ.Fields() {
+	for i := range typ.NumField() { // not Fields() (Go 1.26): the SDK builds with Go 1.25
+		f := typ.Field(i)
 		if !f.IsExported() {
 			continue
 		}

@@ -19,13 +19,13 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 	"github.com/airlockhq/airlock/internal/quota"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -103,7 +103,7 @@ func NewSecret() (secret, prefix string) {
 
 // tenantRE is what a tenant name may look like: it shows up in logs, metrics
 // and directory names, so keep it plain.
-var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+var tenantRE = lazyregexp.New(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // ValidTenant reports whether name is an acceptable tenant name.
 func ValidTenant(name string) bool { return tenantRE.MatchString(name) }

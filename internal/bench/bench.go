@@ -58,6 +58,13 @@ type Config struct {
 	// runsc (on GVisorPlatform, "" = ptrace) when the server offers it.
 	GVisor         bool
 	GVisorPlatform string
+	// CLI is the airlock binary whose start to first request is timed
+	// ("" skips it); CLIProbe is the tiny static Go program timed beside it
+	// (cmd/airlock-bench/probe; "" leaves the row without a baseline).
+	CLI, CLIProbe string
+	// CLIRuns is how many starts of each are timed (50 by default;
+	// negative skips the case).
+	CLIRuns int
 	// Progress receives one line per phase ("" = io.Discard).
 	Progress io.Writer
 }
@@ -82,6 +89,9 @@ func (c *Config) defaults() {
 	}
 	if c.NetworkRuns == 0 {
 		c.NetworkRuns = 20
+	}
+	if c.CLIRuns == 0 {
+		c.CLIRuns = 50
 	}
 	if c.IdleSandboxes == 0 {
 		c.IdleSandboxes = 10
@@ -133,7 +143,10 @@ type Report struct {
 	// GVisor and BareRunsc are the gvisor runtime's cold create and a bare
 	// `runsc run` of the same rootfs, interleaved; nil when not measured.
 	GVisor, BareRunsc Samples
-	Notes             []string
+	// CLIStart is `airlock exec`'s start to its first request, CLIProbe a
+	// tiny static Go program's, interleaved; nil when not measured.
+	CLIStart, CLIProbe Samples
+	Notes              []string
 }
 
 // Run measures. It creates and deletes its own sandboxes; a sandbox it made
@@ -287,6 +300,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			r.GVisor, r.BareRunsc = nil, nil
 			r.Notes = append(r.Notes, "gvisor create not measured: "+err.Error())
+		}
+	}
+
+	if cfg.CLIRuns > 0 && cfg.CLI != "" {
+		fmt.Fprintf(cfg.Progress, "CLI start to first request, beside a tiny Go binary: %d runs each\n", cfg.CLIRuns)
+		if r.CLIStart, r.CLIProbe, err = MeasureCLIStart(ctx, cfg.CLI, cfg.CLIProbe, cfg.CLIRuns); err != nil {
+			r.CLIStart, r.CLIProbe = nil, nil
+			r.Notes = append(r.Notes, "CLI start not measured: "+err.Error())
+		} else if cfg.CLIProbe == "" {
+			r.Notes = append(r.Notes, "CLI start: no tiny Go binary to compare with (--cli-probe)")
 		}
 	}
 
@@ -479,6 +502,9 @@ func (r *Report) Rows() []Row {
 	}
 	if len(r.Code) > 0 {
 		rows = append(rows, CodeRow(r.Code))
+	}
+	if len(r.CLIStart) > 0 {
+		rows = append(rows, CLIStartRow(r.CLIStart, r.CLIProbe))
 	}
 	return rows
 }

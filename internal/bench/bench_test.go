@@ -25,7 +25,12 @@ import (
 	"github.com/airlockhq/airlock/internal/testutil"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if fakeCLI() {
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func TestPercentile(t *testing.T) {
 	ms := func(ns ...int) Samples {
@@ -296,10 +301,18 @@ func newBenchClient(t *testing.T, h http.Handler) *client.Client {
 func TestRunAgainstFakeServer(t *testing.T) {
 	f := &fakeServer{live: map[string]bool{}}
 	c := newBenchClient(t, f.handler())
-	r, err := Run(context.Background(), Config{Client: c, CreateRuns: 3, ExecRuns: 7, FileRuns: 2, FileBytes: 1 << 20,
-		IdleSandboxes: 2, IdleSettle: time.Millisecond, CodeRuns: -1, NetworkRuns: -1, WorkDir: t.TempDir()})
+	self, err := os.Executable() // a stand-in CLI: see fakeCLI
 	if err != nil {
 		t.Fatal(err)
+	}
+	r, err := Run(context.Background(), Config{Client: c, CreateRuns: 3, ExecRuns: 7, FileRuns: 2, FileBytes: 1 << 20,
+		IdleSandboxes: 2, IdleSettle: time.Millisecond, CodeRuns: -1, NetworkRuns: -1, WorkDir: t.TempDir(),
+		CLI: self, CLIRuns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.CLIStart) != 2 || r.CLIProbe != nil {
+		t.Errorf("CLI start samples %d, probe %v", len(r.CLIStart), r.CLIProbe)
 	}
 	if len(r.Create) != 3 || len(r.Exec) != 7 || len(r.Upload) != 2 || len(r.Download) != 2 {
 		t.Errorf("samples: create %d exec %d up %d down %d", len(r.Create), len(r.Exec), len(r.Upload), len(r.Download))
@@ -321,7 +334,7 @@ func TestRunAgainstFakeServer(t *testing.T) {
 		t.Errorf("uploaded %d bytes, %d reads, %d removes", f.uploaded, f.reads, f.removed)
 	}
 	notes := strings.Join(r.Notes, "\n")
-	if !strings.Contains(notes, "no --rootfs") {
+	if !strings.Contains(notes, "no --rootfs") || !strings.Contains(notes, "--cli-probe") {
 		t.Errorf("notes %v", r.Notes)
 	}
 	// The fake server's sandboxes have no processes on this host.

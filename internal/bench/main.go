@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -42,6 +43,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.GVisorPlatform, "gvisor-platform", "ptrace", "runsc platform of the bare baseline (the server's gvisor_platform)")
 	fs.IntVar(&cfg.NetworkRuns, "network-runs", 20, "creates with an allowlist network and with none, interleaved (negative: skip)")
 	fs.IntVar(&cfg.CodeRuns, "code-runs", 50, "`1+1` cells timed in a warm code-interpreter context (negative: skip)")
+	fs.StringVar(&cfg.CLI, "cli", besideMe("airlock"), "the airlock binary whose start to first request is timed (\"\" skips it)")
+	fs.StringVar(&cfg.CLIProbe, "cli-probe", besideMe("airlock-bench-probe"), "tiny static Go program timed beside it (cmd/airlock-bench/probe)")
+	fs.IntVar(&cfg.CLIRuns, "cli-runs", 50, "measured CLI starts, and as many of the probe (negative: skip)")
 	fs.DurationVar(&cfg.IdleSettle, "idle-settle", 2*time.Second, "how long the idle sandboxes idle before the measurement")
 	fs.StringVar(&cfg.Rootfs, "rootfs", "", "the template's rootfs on this host, for the bare runc baseline (e.g. <data-dir>/templates/base/1/rootfs)")
 	fs.StringVar(&cfg.RuncPath, "runc", "runc", "runc binary for the baseline")
@@ -79,4 +83,18 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// besideMe returns the path of name in this executable's directory when
+// it exists there, else "".
+func besideMe(name string) string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(exe), name)
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
 }

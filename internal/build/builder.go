@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
 )
@@ -290,7 +290,7 @@ func userErr(cls error, format string, args ...any) error {
 var ErrTemplateNotFound = fmt.Errorf("%w: template", errdefs.ErrNotFound)
 
 // nameRE is a template name: what the manager and the template store accept.
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+var nameRE = lazyregexp.New(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // maxCmdLen bounds start_cmd and ready_cmd.
 const maxCmdLen = 16 << 10

@@ -10,13 +10,13 @@ import (
 	"io"
 	"maps"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
 )
@@ -44,7 +44,7 @@ type plan struct {
 }
 
 // templateRefRE is "name" or "name@N".
-var templateRefRE = regexp.MustCompile(`^([a-z0-9][a-z0-9._-]{0,62})(?:@([1-9][0-9]{0,8}))?$`)
+var templateRefRE = lazyregexp.New(`^([a-z0-9][a-z0-9._-]{0,62})(?:@([1-9][0-9]{0,8}))?$`)
 
 // ParseRef splits a template reference "name" or "name@N" (0: newest).
 func ParseRef(ref string) (string, int, error) {
@@ -430,7 +430,7 @@ func (b *Builder) layerStep(ctx context.Context, bs *buildState, p *plan, in Ins
 func shortKey(k string) string { return k[:12] }
 
 // networkHint explains a failed RUN that looks like it wanted the network.
-var netFailure = regexp.MustCompile(`(?i)temporary failure in name resolution|could not resolve|network is unreachable|name or service not known|failed to establish a new connection|connection refused|no address associated`)
+var netFailure = lazyregexp.New(`(?i)temporary failure in name resolution|could not resolve|network is unreachable|name or service not known|failed to establish a new connection|connection refused|no address associated`)
 
 // runStep runs a RUN.
 func (b *Builder) runStep(ctx context.Context, sb *buildSandbox, in Instruction, st state, w io.Writer, out *tail) error {

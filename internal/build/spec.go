@@ -3,11 +3,11 @@ package build
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 )
 
 // Instructions of the spec, a Dockerfile subset.
@@ -250,9 +250,9 @@ func Parse(text string) (*Spec, error) {
 }
 
 var (
-	userRE  = regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}$`)
-	ownerRE = regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}(:[a-z_][a-z0-9_.-]{0,31})?$`)
-	envKey  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	userRE  = lazyregexp.New(`^[a-z_][a-z0-9_.-]{0,31}$`)
+	ownerRE = lazyregexp.New(`^[a-z_][a-z0-9_.-]{0,31}(:[a-z_][a-z0-9_.-]{0,31})?$`)
+	envKey  = lazyregexp.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 func known(cmd string) bool {

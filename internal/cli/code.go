@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -18,6 +17,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 )
 
 // maxCLICode bounds code read from a file or stdin (the server's limit is
@@ -26,7 +26,7 @@ const maxCLICode = 1 << 20
 
 // sandboxIDRE recognises a sandbox id given as the first argument of
 // `airlock code` (a cell that is only such a name would do nothing).
-var sandboxIDRE = regexp.MustCompile(`^sbx_[a-z0-9]{1,64}$`)
+var sandboxIDRE = lazyregexp.New(`^sbx_[a-z0-9]{1,64}$`)
 
 func (a *app) newCodeCmd() *cobra.Command {
 	var (
@@ -217,7 +217,7 @@ type imageSaver struct {
 }
 
 // resultNameRE is the name of a saved result image.
-var resultNameRE = regexp.MustCompile(`^result-([0-9]{1,9})\.[a-z]+$`)
+var resultNameRE = lazyregexp.New(`^result-([0-9]{1,9})\.[a-z]+$`)
 
 // newImageSaver makes dir if it is missing and finds the next free number.
 func newImageSaver(dir string) (*imageSaver, error) {

@@ -1,4 +1,4 @@
-// Package cli implements the `airlock` command line: a client of the HTTP API through the Go SDK, plus `serve` and `doctor`.
+// Package cli implements the `airlock` command line: a client of the HTTP API through the Go SDK, plus `doctor`; `serve` is internal/daemon's, added by cmd/airlock.
 package cli
 
 import (
@@ -70,10 +70,17 @@ type app struct {
 	noKey bool
 
 	sys sysProbe // doctor's view of the host
+
+	// serve builds `airlock serve`; nil leaves it out. cmd/airlock passes
+	// internal/daemon's: this package imports nothing of the daemon, so
+	// that the client commands' code and package graph stay the SDK's
+	// (TestClientCommandsImportNoDaemon).
+	serve func() *cobra.Command
 }
 
-// Execute runs the CLI with the process's arguments and exits with its code.
-func Execute() {
+// Execute runs the CLI with the process's arguments and exits with its
+// code. serve builds the `serve` command (nil: none).
+func Execute(serve func() *cobra.Command) {
 	interrupts := make(chan os.Signal, 2)
 	signal.Notify(interrupts, os.Interrupt, syscall.SIGTERM)
 	winch := make(chan os.Signal, 1)
@@ -81,7 +88,7 @@ func Execute() {
 	a := &app{
 		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr,
 		getenv: os.Getenv, interrupts: interrupts, winch: winch,
-		homeDir: os.UserHomeDir, sys: hostProbe{},
+		homeDir: os.UserHomeDir, sys: hostProbe{}, serve: serve,
 	}
 	os.Exit(a.run(context.Background(), os.Args[1:]))
 }
@@ -221,8 +228,8 @@ signal N (see airlock exec --help).`,
 		a.newDoctorCmd(),
 		a.newVersionCmd(),
 	)
-	if serve := newServeCmd(); serve != nil {
-		root.AddCommand(serve)
+	if a.serve != nil {
+		root.AddCommand(a.serve())
 	}
 	markUsageErrors(root)
 	return root

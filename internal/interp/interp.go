@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -29,6 +28,7 @@ import (
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 	"github.com/airlockhq/airlock/internal/manager"
 )
 
@@ -202,7 +202,7 @@ func invalid(format string, args ...any) error {
 }
 
 // envNameRE is what an env name may be: the same rule as an exec's env.
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
+var envNameRE = lazyregexp.New(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
 
 // validateEnv checks a cell's env. Messages name the variable, never its
 // value: values may be secrets.

@@ -8,7 +8,6 @@ import (
 	"io"
 	"maps"
 	"path"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 )
 
 // Code-interpreter processes (see internal/interp). A context's kernel is
@@ -47,7 +47,7 @@ const (
 
 // codeFIFORE is the shape of a bridge FIFO's path: a fixed directory, so a
 // caller cannot make the daemon open an arbitrary sandbox file.
-var codeFIFORE = regexp.MustCompile(`^/tmp/\.airlock-code-[a-z]+/[a-zA-Z0-9_]{1,64}\.fifo$`)
+var codeFIFORE = lazyregexp.New(`^/tmp/\.airlock-code-[a-z]+/[a-zA-Z0-9_]{1,64}\.fifo$`)
 
 // CodeProcessSpec says how to start a bridge.
 type CodeProcessSpec struct {
@@ -200,7 +200,7 @@ func (cp *CodeProcess) follow(st *agentclient.Stream, ready chan<- error) {
 // missingKernel matches the last stderr line of a bridge whose template has
 // no kernel for its language: python3 without jupyter_client or ipykernel
 // (the base template), no python3 or node at all (the shell's 127).
-var missingKernel = regexp.MustCompile(`No module named '(jupyter_client|ipykernel|jupyter_core|zmq)|NoSuchKernel|No such kernel|: not found$|executable file not found`)
+var missingKernel = lazyregexp.New(`No module named '(jupyter_client|ipykernel|jupyter_core|zmq)|NoSuchKernel|No such kernel|: not found$|executable file not found`)
 
 // kernelStartError is the error of a bridge that ended before it was
 // ready. Only what may pass is retryable (503): a template without the

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -34,10 +34,10 @@ var (
 )
 
 var (
-	envNameRE     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
-	metaKeyRE     = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,128}$`)
-	templateRE    = regexp.MustCompile(`^([a-z0-9][a-z0-9._-]{0,63})(?:@([0-9]{1,9}))?$`)
-	idempotencyRE = regexp.MustCompile(`^[\x21-\x7e]{1,255}$`)
+	envNameRE     = lazyregexp.New(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
+	metaKeyRE     = lazyregexp.New(`^[A-Za-z0-9_.\-]{1,128}$`)
+	templateRE    = lazyregexp.New(`^([a-z0-9][a-z0-9._-]{0,63})(?:@([0-9]{1,9}))?$`)
+	idempotencyRE = lazyregexp.New(`^[\x21-\x7e]{1,255}$`)
 )
 
 // Limits on request sizes that config does not cover.

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -46,8 +46,8 @@ const (
 var ErrAgentUnavailable = fmt.Errorf("%w: sandbox agent", errdefs.ErrUnavailable)
 
 var (
-	userRE   = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
-	signalRE = regexp.MustCompile(`^(SIG)?[A-Z][A-Z0-9+-]{1,15}$|^[0-9]{1,2}$`)
+	userRE   = lazyregexp.New(`^[a-z_][a-z0-9_-]{0,31}$`)
+	signalRE = lazyregexp.New(`^(SIG)?[A-Z][A-Z0-9+-]{1,15}$|^[0-9]{1,2}$`)
 )
 
 // ExecOptions are the transport-dependent parts of an exec.

@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 	"path"
-	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 )
 
 // secretsDir is where secrets given as files live inside a sandbox: a
@@ -19,7 +20,7 @@ const secretFileUser = "user"
 
 // secretFileRE is what a secret's name must be to become a file name: a
 // variable name, so no "/", "..", dot files or odd bytes.
-var secretFileRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var secretFileRE = lazyregexp.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // envSecrets is what of secrets goes into every exec's environment: none
 // when they are given as files.

@@ -22,7 +22,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -37,6 +36,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 	"github.com/airlockhq/airlock/internal/pkgcache"
 )
 
@@ -245,7 +245,7 @@ type persisted struct {
 	Veth   bool   `json:"veth"`
 }
 
-var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+var idRE = lazyregexp.New(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 
 // New prepares the host side: state directories, the nftables table and
 // the NFLOG reader. Sandboxes whose state a previous daemon left are known

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 )
 
 // Sandbox is a sandbox's persisted record.
@@ -242,7 +242,7 @@ const MaxPageSize = 1000
 
 // metadataKeyRE restricts filter keys to what can be quoted safely in a JSON
 // path; the manager enforces the same rule on stored metadata.
-var metadataKeyRE = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,128}$`)
+var metadataKeyRE = lazyregexp.New(`^[A-Za-z0-9_.\-]{1,128}$`)
 
 // ListSandboxes returns one page of sandboxes, newest first, and the cursor
 // of the next page ("" on the last one).

@@ -8,11 +8,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 )
 
 // Layers live in the store directory beside the recipe-built templates:
@@ -37,9 +37,9 @@ const (
 )
 
 // LayerKeyRE matches a content layer key: a sha256 in hex.
-var LayerKeyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+var LayerKeyRE = lazyregexp.New(`^[0-9a-f]{64}$`)
 
-var layerRefRE = regexp.MustCompile(`^(layers/[0-9a-f]{64}|[a-z0-9][a-z0-9._-]{0,62}/[1-9][0-9]{0,8})$`)
+var layerRefRE = lazyregexp.New(`^(layers/[0-9a-f]{64}|[a-z0-9][a-z0-9._-]{0,62}/[1-9][0-9]{0,8})$`)
 
 // LayerMeta describes how a content layer was made.
 type LayerMeta struct {

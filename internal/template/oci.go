@@ -12,7 +12,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -21,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 )
 
 // ImageConfig is what a template keeps of an image's config.
@@ -247,7 +247,7 @@ func truncName(s string) string {
 	return s
 }
 
-var layoutBlobRE = regexp.MustCompile(`^blobs/[a-z0-9]+/[a-f0-9]{32,128}$`)
+var layoutBlobRE = lazyregexp.New(`^blobs/[a-z0-9]+/[a-f0-9]{32,128}$`)
 
 // unpackLayout writes the files of an OCI layout tar that the layout reader
 // needs (index.json, oci-layout, blobs) into dir; anything else, and any

@@ -26,7 +26,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"time"
@@ -35,6 +34,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 	"github.com/airlockhq/airlock/internal/storage"
 )
 
@@ -58,7 +58,7 @@ const (
 // builds take tens of seconds, so a fraction of a second is plenty.
 const lockPoll = 250 * time.Millisecond
 
-var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+var validName = lazyregexp.New(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // Store keeps templates under one directory (<data-dir>/templates).
 type Store struct {

@@ -2,7 +2,9 @@
 //
 // Code that makes spans uses otel.Tracer("airlock") from the global
 // provider: until Setup installs one that is the no-op tracer, so spans
-// cost next to nothing when tracing is off.
+// cost next to nothing when tracing is off. The exporter is this package's
+// own (otlp.go): the OpenTelemetry one would link gRPC into the one airlock
+// binary, whose every command, the CLI's included, then initialises it.
 package tracing
 
 import (
@@ -15,7 +17,6 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -54,14 +55,14 @@ func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) erro
 	if cfg.ServiceName == "" {
 		cfg.ServiceName = "airlock"
 	}
-	// WithEndpointURL takes the scheme (plain HTTP for http://) and a path;
-	// a bare base URL gets the standard /v1/traces.
+	// The URL's scheme says plain HTTP or TLS; a bare base URL gets the
+	// standard /v1/traces.
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/v1/traces"
 	}
-	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String()))
+	exp, err := newExporter(u, getenv)
 	if err != nil {
-		return nil, fmt.Errorf("otlp exporter: %w", err)
+		return nil, errdefs.Wrap(errdefs.ErrInvalidArgument, "otlp exporter: %v", err)
 	}
 	res := resource.NewSchemaless(
 		attribute.String("service.name", cfg.ServiceName),

@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +31,7 @@ import (
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/driver/runc"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 )
 
 // Name is the runtime name of this driver.
@@ -79,7 +79,7 @@ type Config struct {
 }
 
 // validPlatform is the shape of a platform name: it becomes a flag.
-var validPlatform = regexp.MustCompile(`^[a-z][a-z0-9]{0,31}$`)
+var validPlatform = lazyregexp.New(`^[a-z][a-z0-9]{0,31}$`)
 
 // DefaultUIDRangeStart is 2^31: the runc driver's ranges start at 2^20 and,
 // at 65536 ids each, reach 2^31 only past 32752 sandboxes.

@@ -30,7 +30,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,6 +40,7 @@ import (
 	"github.com/airlockhq/airlock/internal/cgroups"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 	"github.com/airlockhq/airlock/internal/reaper"
 	"github.com/airlockhq/airlock/internal/storage"
 )
@@ -165,7 +165,7 @@ type sandbox struct {
 }
 
 // validID matches the ids Spec promises: safe as a file and cgroup name.
-var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+var validID = lazyregexp.New(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 // New returns a driver rooted at cfg.DataDir, creating its directories.
 func New(cfg Config) (*Driver, error) {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 )
 
 // runcCLI is a typed wrapper over the runc command line (after go-runc): one
@@ -169,7 +169,7 @@ func (r *runcCLI) resume(ctx context.Context, id string) error {
 	return err
 }
 
-var versionRE = regexp.MustCompile(`^\S+ version (\S+)`)
+var versionRE = lazyregexp.New(`^\S+ version (\S+)`)
 
 // version returns the runtime's version ("1.1.5+ds1", runsc's
 // "0.0~20221219.0").

@@ -1,0 +1,3 @@
+module github.com/airlockhq/airlock/api
+
+go 1.25
