@@ -15,6 +15,11 @@ var clientDeps = []string{
 	"github.com/airlockhq/airlock/api",
 	"github.com/airlockhq/airlock/client",
 	"github.com/airlockhq/airlock/internal/cli",
+	// doctor lists the host slots daemons claimed: a reader of files
+	// under /run/airlock and of cgroup directories, with no init work.
+	"github.com/airlockhq/airlock/internal/hostslot",
+	"github.com/airlockhq/airlock/internal/cgroups",
+	"github.com/airlockhq/airlock/internal/errdefs",
 	"github.com/airlockhq/airlock/internal/lazyregexp",
 	"github.com/airlockhq/airlock/internal/version",
 	"github.com/coder/websocket",
