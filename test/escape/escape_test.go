@@ -66,6 +66,7 @@ func TestEscape(t *testing.T) {
 				{"Setns", s.setns},
 				{"PtraceNeighbour", s.ptraceNeighbour},
 				{"PtraceAgent", s.ptraceAgent},
+				{"AgentMemory", s.agentMemory},
 				{"KillHostPID", s.killHostPID},
 				{"SignalAgent", s.signalAgent},
 				{"WriteSys", s.writeSys},
@@ -341,6 +342,40 @@ func (s *suite) ptraceAgent(t *testing.T) {
 		}
 		expect(t, userName(u), got, append(denied, notThere...))
 	}
+}
+
+// agentMemory: in a fresh sandbox whose only exec so far is the attack
+// itself, as root (before anything made the agent change its credentials,
+// which would have made it non-dumpable by chance), and then as the
+// default user, nothing of PID 1 can be read or written through /proc:
+// not its memory (the way to patch the agent's code and make it write
+// without end to its log on the host, or answer the daemon anything), its
+// environment, maps or descriptors, nor its binary read. The agent is
+// non-dumpable from its start (internal/agent/nodump) and, under runc, its
+// binary is host root's, mode 0711 (the runc driver's agentMode), so the
+// kernel makes it non-dumpable from its execve on.
+func (s *suite) agentMemory(t *testing.T) {
+	b := s.sandbox(t, api.CreateSandboxRequest{})
+	for _, u := range []string{"root", ""} {
+		got := b.py(t, u, progAgentProc)
+		s.noSecret(t, userName(u), values(got)...)
+		if s.sentry() {
+			// The Sentry's /proc (runsc 20221219) does not ask for
+			// ptrace rights: any user of the sandbox reads the agent's
+			// environment (PATH and HOME only, checked above), maps,
+			// auxiliary vector and descriptor links, and root opens its
+			// stdout and stderr, the agent's log, which lives on the
+			// sandbox's own quota'd layer (DiskFillAgentRunDir). The
+			// Sentry loads the binary as the sandbox's root, so it stays
+			// readable (runc.Runtime.ReadableAgent). What matters holds:
+			// there is no /proc/1/mem, and ptrace and process_vm_* are
+			// refused for the non-dumpable agent.
+			accept(got, errnos{"OK"}, append(keysWith(got, "fd_"),
+				"environ", "maps", "auxv", "agent_binary_read")...)
+		}
+		expect(t, userName(u), got, append(denied, notThere...))
+	}
+	b.alive(t)
 }
 
 // killHostPID: a host process's pid number, signalled from inside, reaches
@@ -1068,8 +1103,11 @@ func (s *suite) diskFill(t *testing.T) {
 
 // diskFillRunDir: root inside writes where the agent's socket dir was once
 // bind-mounted from the host (/.airlock/run) and into the agent's stdout
-// and stderr (agent.log, a host file), and lists its writable mounts:
-// nothing it writes may reach the host's disk outside its quota.
+// and stderr (its log, a file on the host), and lists its writable mounts:
+// nothing it writes may reach the host's disk outside its quota. Under
+// runc the agent's descriptors are out of reach (it is non-dumpable);
+// under gVisor root opens them, and the log is on the sandbox's own quota'd
+// layer: four times the quota written there stops at the quota.
 func (s *suite) diskFillRunDir(t *testing.T) {
 	const quotaMB, writeMB = 32, 128
 	b := s.sandbox(t, api.CreateSandboxRequest{Resources: &api.Resources{DiskMB: quotaMB}})
@@ -1092,16 +1130,22 @@ func (s *suite) diskFillRunDir(t *testing.T) {
 		t.Errorf("finding: sandbox %s has a writable %s mount at %s: what root inside writes there is not bounded by its disk quota", b.id, fstype, mnt)
 	}
 	r := b.sh(t, "root", fmt.Sprintf("mkdir -p /.airlock/run; dd if=/dev/zero of=/.airlock/run/fill bs=1M count=%d 2>&1; "+
-		"for f in 1 2; do head -c 4194304 /dev/zero >> /proc/1/fd/$f && echo wrote-agent-fd-$f; done 2>&1; true", writeMB))
+		"rm -f /.airlock/run/fill; "+
+		"for f in 1 2; do head -c %d /dev/zero >> /proc/1/fd/$f && echo wrote-agent-fd-$f; done 2>&1; true", writeMB, writeMB<<20))
 	after := hostFilesSize(t, sbxDir)
 	if strings.Contains(r.stdout, fmt.Sprintf("%d bytes", writeMB<<20)) || after-before > quotaMB<<20 {
 		t.Errorf("finding: root in a sandbox with a %d MiB disk quota wrote %d MiB to the host's disk outside its layer "+
 			"(sandbox dir %s without its storage): %v", quotaMB, (after-before)>>20, sbxDir, r)
 	}
 	if strings.Contains(r.stdout, "wrote-agent-fd") {
-		t.Errorf("finding: root in sandbox %s writes to the agent's log on the host through /proc/1/fd: %v", b.id, r)
+		t.Errorf("finding: root in sandbox %s wrote %d MiB to the agent's log on the host through /proc/1/fd: %v", b.id, writeMB, r)
 	}
-	b.sh(t, "root", "rm -f /.airlock/run/fill")
+	// The host's view: <sandbox>/agent.log leads to the log.
+	if fi, err := os.Stat(filepath.Join(sbxDir, "agent.log")); err != nil || fi.Size() > quotaMB<<20 {
+		t.Errorf("the agent's log of a %d MiB sandbox: %v, %v", quotaMB, fi, err)
+	}
+	b.sh(t, "root", ": > /proc/1/fd/2 2>/dev/null; true")
+	b.alive(t)
 }
 
 // progWritableMounts lists the mounts the sandbox can write to whose data
