@@ -462,7 +462,7 @@ done()
 // progKernelInfo reads what masked /proc paths and kptr_restrict hide.
 const progKernelInfo = `
 for p in ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
-          "/proc/timer_stats", "/proc/scsi/scsi", "/proc/acpi/wakeup"]:
+          "/proc/timer_stats", "/proc/scsi/scsi", "/proc/acpi/wakeup", "/proc/config.gz", "/proc/interrupts"]:
     R[p] = readf(p, 256)
     if R[p] == "OK:":
         R[p] = "EMPTY"
@@ -538,6 +538,44 @@ for req, name in ((16, "ptrace_attach"), (0x4206, "ptrace_seize")):
     R[name] = sc(101, req, 1, 0, 0)
     if R[name] == "OK":
         sc(101, 17, 1, 0, 0)  # PTRACE_DETACH: leave the agent as it was
+done()
+`
+
+// progUevent opens netlink sockets of the kernel's object events
+// (NETLINK_KOBJECT_UEVENT, raw and datagram), binds the raw one to the
+// kernel's multicast group, writes argv[1] once it listens, and counts what
+// arrives until the file argv[2] exists (everything queued is read first),
+// at most 60 s. A routing netlink socket must still open (ip, getaddrinfo).
+const progUevent = `
+import select
+ready, stop = sys.argv[1], sys.argv[2]
+AF_NETLINK, NETLINK_KOBJECT_UEVENT = 16, 15
+def sock(t, proto):
+    try:
+        return socket.socket(AF_NETLINK, t, proto), "OK"
+    except OSError as e:
+        return None, en(e.errno)
+s, R["open_raw"] = sock(socket.SOCK_RAW, NETLINK_KOBJECT_UEVENT)
+d, R["open_dgram"] = sock(socket.SOCK_DGRAM, NETLINK_KOBJECT_UEVENT)
+if d is not None:
+    d.close()
+r, R["#route"] = sock(socket.SOCK_RAW, 0)
+if r is not None:
+    r.close()
+if s is not None:
+    R["bind"] = ot(s.bind, (0, 1))
+open(ready, "w").write("1")
+n, seen, end = 0, [], time.time() + 60
+while time.time() < end:
+    if s is not None and select.select([s], [], [], 0.2)[0]:
+        seen.append(s.recv(65536)[:80].decode("latin-1"))
+        n += 1
+        continue
+    if s is None:
+        time.sleep(0.2)
+    if os.path.exists(stop):
+        break
+R["received"] = ("OK:%d %r" % (n, seen[:3])) if n else "NONE"
 done()
 `
 
