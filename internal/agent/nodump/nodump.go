@@ -13,8 +13,8 @@
 // package's init. The runc driver also keeps the agent binary unreadable by
 // the sandbox's users (mode 0711, host root's), for which the kernel makes the
 // exec non-dumpable from its first instruction on (would_dump in fs/exec.c);
-// this init holds even where the binary is readable (under gVisor, whose
-// Sentry then refuses ptrace and process_vm_* on the agent).
+// this init holds even where the binary is readable (under gVisor, which
+// loads it as the sandbox's root).
 package nodump
 
 import "syscall"
