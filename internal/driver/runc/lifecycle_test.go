@@ -240,6 +240,34 @@ func TestSandboxHardening(t *testing.T) {
 	if err := unix.Stat(d.agentPath, &bin); err != nil || bin.Uid != 0 || bin.Mode&0o7777 != agentMode {
 		t.Errorf("agent binary %s: uid %d mode %o (%v), want host root's, %o", d.agentPath, bin.Uid, bin.Mode&0o7777, err, agentMode)
 	}
+	// What the non-dumpable agent does for its children still works: they
+	// are dumpable again after execve (their own /proc is theirs), and a
+	// PTY is their controlling terminal.
+	// (Read once the child runs sleep: mid-execve its environment is empty.)
+	if out := output(t, c, "sleep 30 & p=$!; i=0; while [ $i -lt 200 ] && [ \"$(readlink /proc/$p/exe 2>/dev/null)\" != /usr/bin/sleep ]; "+
+		"do i=$((i+1)); sleep 0.01; done; tr '\\0' '\\n' < /proc/$p/environ | grep -q '^PATH=' && echo child-dumpable; kill $p"); out != "child-dumpable\n" {
+		t.Errorf("an exec cannot read its sibling's /proc (children of the agent stay non-dumpable?): %q", out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st2, err := c.Exec(ctx, agentproto.ExecRequest{ID: "ex_pty", Shell: "tty; stty size", User: "root", PTY: &agentproto.PTYSize{Cols: 91, Rows: 27}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pty strings.Builder
+	for {
+		ev, err := st2.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		pty.Write(ev.Data)
+	}
+	if got := pty.String(); !strings.Contains(got, "/dev/pts/") || !strings.Contains(got, "27 91") {
+		t.Errorf("PTY exec printed %q, want its terminal and size", got)
+	}
 	if kc := output(t, c, "wc -c < /proc/kcore; cat /proc/keys | wc -c"); strings.Fields(kc)[0] != "0" {
 		t.Errorf("/proc/kcore readable: %q", kc)
 	}
