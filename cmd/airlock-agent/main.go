@@ -2,6 +2,10 @@
 package main
 
 import (
+	// First: the agent is non-dumpable before anything else of it runs
+	// (see the package).
+	_ "github.com/airlockhq/airlock/internal/agent/nodump"
+
 	"context"
 	"errors"
 	"flag"

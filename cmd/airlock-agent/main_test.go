@@ -20,8 +20,10 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/agent/nodump"
 	"github.com/airlockhq/airlock/internal/agentclient"
 	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/testutil"
 )
 
 // TestMain doubles as the agent: the tests start this binary with
@@ -35,6 +37,60 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m)
+}
+
+// TestNonDumpable: the built agent is non-dumpable as it runs, even from a
+// binary its user may read (which the kernel alone would leave dumpable):
+// its /proc files belong to root, not to the user it runs as, so no other
+// process of that user can read or write its memory. (This test binary
+// itself imports nodump and would prove nothing.)
+func TestNonDumpable(t *testing.T) {
+	if d, err := nodump.Dumpable(); err != nil || d {
+		t.Fatalf("nodump.Dumpable: %v, %v", d, err)
+	}
+	testutil.RequiresRoot(t)
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(testutil.BuildAgent(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "airlock-agent")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const nobody = 65534
+	cmd := exec.Command(bin, "--stdio")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	stdin, err := cmd.StdinPipe() // held open: the agent waits for a session
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	environ := fmt.Sprintf("/proc/%d/environ", cmd.Process.Pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var st unix.Stat_t
+		if err := unix.Stat(environ, &st); err != nil {
+			t.Fatal(err)
+		}
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid))
+		if exe == bin && st.Uid == 0 {
+			return // non-dumpable: the kernel gives its /proc files to root
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent (running %s as uid %d) still owns %s: it is dumpable", exe, nobody, environ)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // startAgent runs the agent binary with args; the test kills it at the end.

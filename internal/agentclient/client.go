@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -65,6 +66,13 @@ func New(conn net.Conn, opts ...Option) (*Client, error) {
 		conn.Close()
 		return nil, fmt.Errorf("starting agent session: %w", err)
 	}
+	// The agent never opens a stream: refuse any it tries (yamux answers
+	// each with a reset and keeps nothing of it), so that it cannot park
+	// buffered data in the daemon on streams nobody reads.
+	if err := sess.GoAway(); err != nil {
+		sess.Close()
+		return nil, fmt.Errorf("starting agent session: %w", unavailable(err))
+	}
 	c := &Client{sess: sess}
 	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 	defer cancel()
@@ -77,6 +85,7 @@ func New(conn net.Conn, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("agent handshake: %w", err)
 	}
 	if resp.Hello == nil || resp.Hello.Version != agentproto.ProtocolVersion {
+		// (checkResponse checked the rest of it.)
 		c.Close()
 		v := 0
 		if resp.Hello != nil {
@@ -119,7 +128,7 @@ func (c *Client) Exec(ctx context.Context, req agentproto.ExecRequest) (*Stream,
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{cl: cl}, nil
+	return &Stream{cl: cl, id: req.ID}, nil
 }
 
 // Attach follows the output of a running or finished exec from fromOffset on.
@@ -128,7 +137,7 @@ func (c *Client) Attach(ctx context.Context, execID string, fromOffset int64) (*
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{cl: cl}, nil
+	return &Stream{cl: cl, id: execID, next: max(fromOffset, 0)}, nil
 }
 
 // Wait blocks until the exec ends and returns its result.
@@ -138,7 +147,7 @@ func (c *Client) Wait(ctx context.Context, execID string) (agentproto.ExecResult
 		return agentproto.ExecResult{}, err
 	}
 	if resp.Result == nil {
-		return agentproto.ExecResult{}, errdefs.Wrap(errdefs.ErrInternal, "agent sent no result")
+		return agentproto.ExecResult{}, protocolError("no result for exec %s", execID)
 	}
 	return *resp.Result, nil
 }
@@ -146,13 +155,13 @@ func (c *Client) Wait(ctx context.Context, execID string) (agentproto.ExecResult
 // WriteStdin writes data to the exec's stdin; it returns once the process's
 // stdin pipe has taken all of it.
 func (c *Client) WriteStdin(ctx context.Context, execID string, data []byte) error {
-	_, err := c.upload(ctx, agentproto.Request{Op: agentproto.OpStdin, ExecID: execID}, bytesReader(data), false)
+	_, _, err := c.upload(ctx, agentproto.Request{Op: agentproto.OpStdin, ExecID: execID}, bytesReader(data), false)
 	return err
 }
 
 // CloseStdin closes the exec's stdin (EOF; on a PTY, the EOF character).
 func (c *Client) CloseStdin(ctx context.Context, execID string) error {
-	_, err := c.upload(ctx, agentproto.Request{Op: agentproto.OpStdin, ExecID: execID, EOF: true}, bytesReader(nil), false)
+	_, _, err := c.upload(ctx, agentproto.Request{Op: agentproto.OpStdin, ExecID: execID, EOF: true}, bytesReader(nil), false)
 	return err
 }
 
@@ -203,12 +212,15 @@ func (c *Client) ReadFile(ctx context.Context, path, user string) (io.ReadCloser
 // keeps an existing file's mode or uses 0644. With maxBytes > 0 a longer input
 // fails with errdefs.ErrTooLarge and leaves no file. It returns the bytes written.
 func (c *Client) WriteFile(ctx context.Context, path, user string, mode os.FileMode, r io.Reader, maxBytes int64) (int64, error) {
-	resp, err := c.upload(ctx, agentproto.Request{
+	resp, sent, err := c.upload(ctx, agentproto.Request{
 		Op: agentproto.OpWriteFile, Path: path, User: user,
 		Mode: uint32(mode.Perm()), MaxBytes: maxBytes,
 	}, r, true)
 	if err != nil {
 		return 0, err
+	}
+	if resp.Written > sent {
+		return 0, protocolError("wrote %d bytes of %d sent", resp.Written, sent)
 	}
 	return resp.Written, nil
 }
@@ -220,7 +232,7 @@ func (c *Client) Stat(ctx context.Context, path, user string) (agentproto.FileIn
 		return agentproto.FileInfo{}, err
 	}
 	if resp.File == nil {
-		return agentproto.FileInfo{}, errdefs.Wrap(errdefs.ErrInternal, "agent sent no file info")
+		return agentproto.FileInfo{}, protocolError("no file info for %s", path)
 	}
 	return *resp.File, nil
 }
@@ -267,7 +279,7 @@ func (c *Client) TarOut(ctx context.Context, path, user string) (io.ReadCloser, 
 // TarIn unpacks the tar stream r into directory dir (created if missing).
 // Entries that would land outside dir are rejected with errdefs.ErrInvalidArgument.
 func (c *Client) TarIn(ctx context.Context, dir, user string, r io.Reader) error {
-	_, err := c.upload(ctx, agentproto.Request{Op: agentproto.OpTarIn, Path: dir, User: user}, r, true)
+	_, _, err := c.upload(ctx, agentproto.Request{Op: agentproto.OpTarIn, Path: dir, User: user}, r, true)
 	return err
 }
 
@@ -276,10 +288,19 @@ type Stream struct {
 	cl   *call
 	done bool
 	err  error
+	// id is the exec; next is the offset output may continue from: no
+	// event may go back before it (offsets only grow; a jump is output the
+	// agent dropped). What the daemon keeps of an exec's output is bounded
+	// by the exec's own cap where it is kept (internal/manager).
+	id   string
+	next int64
 }
 
 // Next returns output events in offset order, then one exit event, then io.EOF.
-// The event's Data is the caller's to keep.
+// The event's Data is the caller's to keep. Output that goes back (before
+// the offset asked for or an earlier event's end), an exit event that is not
+// one, and a stream the agent ends before its exit event (while the session
+// lives) are errors wrapping ErrProtocol.
 func (s *Stream) Next() (agentproto.Event, error) {
 	if s.done {
 		return agentproto.Event{}, io.EOF
@@ -287,35 +308,58 @@ func (s *Stream) Next() (agentproto.Event, error) {
 	if s.err != nil {
 		return agentproto.Event{}, s.err
 	}
+	ev, err := s.next1()
+	if err != nil {
+		s.err = err
+		s.cl.release()
+		return agentproto.Event{}, err
+	}
+	if ev.Type == agentproto.EventExit {
+		s.done = true
+		s.cl.release()
+	}
+	return ev, nil
+}
+
+// next1 reads and checks the next event.
+func (s *Stream) next1() (agentproto.Event, error) {
 	t, p, err := s.cl.fr.Next()
 	if err != nil {
-		s.err = s.cl.fail("reading exec events", err)
-		s.cl.release()
-		return agentproto.Event{}, s.err
+		if (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) && s.cl.ctx.Err() == nil && !s.cl.c.sess.IsClosed() {
+			return agentproto.Event{}, protocolError("the stream of exec %s ended without its exit event", s.id)
+		}
+		return agentproto.Event{}, s.cl.fail("reading exec events", err)
 	}
 	switch t {
 	case agentproto.FrameOutput:
 		stream, off, data, err := agentproto.DecodeOutput(p)
 		if err != nil {
-			s.err = fmt.Errorf("%w: %w", errdefs.ErrInternal, err)
-			s.cl.release()
-			return agentproto.Event{}, s.err
+			return agentproto.Event{}, protocolError("exec %s: %v", s.id, err)
 		}
+		n := int64(len(data))
+		switch {
+		case off < s.next:
+			return agentproto.Event{}, protocolError("exec %s output at offset %d, before %d", s.id, off, s.next)
+		case off > math.MaxInt64-n:
+			return agentproto.Event{}, protocolError("exec %s output at offset %d, past any log", s.id, off)
+		}
+		s.next = off + n
 		return agentproto.Event{Type: agentproto.EventOutput, Stream: stream, Offset: off, Data: append([]byte(nil), data...)}, nil
 	case agentproto.FrameHeader:
 		var ev agentproto.Event
-		if err := agentproto.DecodeJSON(p, &ev); err != nil {
-			s.err = fmt.Errorf("%w: %w", errdefs.ErrInternal, err)
-			s.cl.release()
-			return agentproto.Event{}, s.err
+		if err := decodeJSON(p, &ev); err != nil {
+			return agentproto.Event{}, err
 		}
-		s.done = true
-		s.cl.release()
+		if ev.Type != agentproto.EventExit || ev.Result == nil {
+			return agentproto.Event{}, protocolError("exec %s: an event of type %q in place of its exit", s.id, clip(ev.Type, maxShort))
+		}
+		if err := checkResult(ev.Result, s.id); err != nil {
+			return agentproto.Event{}, err
+		}
+		ev.Data = nil
 		return ev, nil
 	default:
-		s.err = errdefs.Wrap(errdefs.ErrInternal, "unexpected frame %q in exec events", byte(t))
-		s.cl.release()
-		return agentproto.Event{}, s.err
+		return agentproto.Event{}, protocolError("exec %s: unexpected frame %q in its events", s.id, byte(t))
 	}
 }
 
@@ -442,16 +486,36 @@ func (cl *call) begin(req agentproto.Request) (*call, agentproto.Response, error
 		cl.release()
 		return nil, agentproto.Response{}, cl.fail(string(req.Op), err)
 	}
-	var resp agentproto.Response
-	if err := cl.fr.ReadJSON(&resp); err != nil {
+	resp, err := cl.readResponse(&req)
+	if err != nil {
 		cl.release()
-		return nil, agentproto.Response{}, cl.fail(string(req.Op), err)
+		return nil, agentproto.Response{}, err
 	}
 	if resp.Error != nil {
 		cl.release()
 		return nil, agentproto.Response{}, agentError(resp.Error)
 	}
 	return cl, resp, nil
+}
+
+// readResponse reads the agent's answer to req: a header frame holding a
+// Response that passes checkResponse.
+func (cl *call) readResponse(req *agentproto.Request) (agentproto.Response, error) {
+	t, p, err := cl.fr.Next()
+	if err != nil {
+		return agentproto.Response{}, cl.fail(string(req.Op), err)
+	}
+	if t != agentproto.FrameHeader {
+		return agentproto.Response{}, protocolError("%s: a %q frame in place of the answer", req.Op, byte(t))
+	}
+	var resp agentproto.Response
+	if err := decodeJSON(p, &resp); err != nil {
+		return agentproto.Response{}, err
+	}
+	if err := checkResponse(req, &resp); err != nil {
+		return agentproto.Response{}, err
+	}
+	return resp, nil
 }
 
 // roundTrip sends req and returns the single response.
@@ -470,14 +534,16 @@ func (c *Client) roundTrip(ctx context.Context, req agentproto.Request) (agentpr
 // response and stops the writer at once. bulk sends it as a file transfer
 // (see openBulk), with full frames; there an *agentproto.SocketBody moves
 // from socket to socket by splice (spliceUpload).
-func (c *Client) upload(ctx context.Context, req agentproto.Request, r io.Reader, bulk bool) (agentproto.Response, error) {
+//
+// sent is the number of bytes sent.
+func (c *Client) upload(ctx context.Context, req agentproto.Request, r io.Reader, bulk bool) (_ agentproto.Response, sent int64, _ error) {
 	start := c.startResp
 	if bulk {
 		start = c.startBulk
 	}
 	cl, _, err := start(ctx, req)
 	if err != nil {
-		return agentproto.Response{}, err
+		return agentproto.Response{}, 0, err
 	}
 	defer cl.release()
 
@@ -487,8 +553,7 @@ func (c *Client) upload(ctx context.Context, req agentproto.Request, r io.Reader
 	}
 	done := make(chan result, 1)
 	go func() {
-		var resp agentproto.Response
-		err := cl.fr.ReadJSON(&resp)
+		resp, err := cl.readResponse(&req)
 		if err == nil && resp.Error != nil {
 			// Stop the writer: the agent no longer reads.
 			cl.st.SetWriteDeadline(time.Unix(1, 0))
@@ -500,15 +565,15 @@ func (c *Client) upload(ctx context.Context, req agentproto.Request, r io.Reader
 	spliced := false
 	if sb, ok := r.(*agentproto.SocketBody); ok && cl.direct {
 		if conn, ok := cl.st.(net.Conn); ok {
-			_, spliced, werr = spliceUpload(cl.fw, conn, sb, agentproto.DirectChunk)
+			sent, spliced, werr = spliceUpload(cl.fw, conn, sb, agentproto.DirectChunk)
 		}
 	}
 	switch {
 	case spliced:
 	case cl.direct:
-		_, werr = cl.fw.CopyFrom(r, agentproto.DirectChunk)
+		sent, werr = cl.fw.CopyFrom(r, agentproto.DirectChunk)
 	default:
-		_, werr = cl.fw.ReadFrom(r)
+		sent, werr = cl.fw.ReadFrom(r)
 	}
 	if werr == nil {
 		werr = cl.fw.WriteEnd()
@@ -520,20 +585,20 @@ func (c *Client) upload(ctx context.Context, req agentproto.Request, r io.Reader
 			// partial upload, and report the reader's error.
 			cl.st.SetDeadline(time.Unix(1, 0))
 			<-done
-			return agentproto.Response{}, fmt.Errorf("%s: %w", req.Op, se.Err)
+			return agentproto.Response{}, sent, fmt.Errorf("%s: %w", req.Op, se.Err)
 		}
 	}
 	res := <-done
 	if res.err != nil {
-		return agentproto.Response{}, cl.fail(string(req.Op), res.err)
+		return agentproto.Response{}, sent, res.err // readResponse's, final
 	}
 	if res.resp.Error != nil {
-		return agentproto.Response{}, agentError(res.resp.Error)
+		return agentproto.Response{}, sent, agentError(res.resp.Error)
 	}
 	if werr != nil {
-		return agentproto.Response{}, cl.fail(string(req.Op), werr)
+		return agentproto.Response{}, sent, cl.fail(string(req.Op), werr)
 	}
-	return res.resp, nil
+	return res.resp, sent, nil
 }
 
 // downloadReader reads the data frames of a download.
@@ -558,16 +623,16 @@ func (d *downloadReader) short() bool { return d.limit >= 0 && d.n < d.limit }
 // frameError turns a header frame inside a download into its error.
 func frameError(payload []byte) error {
 	var resp agentproto.Response
-	if err := agentproto.DecodeJSON(payload, &resp); err != nil {
-		return fmt.Errorf("%w: %w", errdefs.ErrInternal, err)
+	if err := decodeJSON(payload, &resp); err != nil {
+		return err
 	}
 	if resp.Error != nil {
 		return agentError(resp.Error)
 	}
-	return errdefs.Wrap(errdefs.ErrInternal, "unexpected response in data")
+	return protocolError("a response without an error inside data")
 }
 
-var errOverrun = errdefs.Wrap(errdefs.ErrInternal, "agent sent more data than it announced")
+var errOverrun = protocolError("more data than announced")
 
 // WriteTo copies the rest of the download to w. On a direct connection each
 // payload goes through io.Copy from the socket itself, which a w backed by
@@ -664,7 +729,7 @@ func (d *downloadReader) endFrame(t agentproto.FrameType, payload []byte) {
 	case agentproto.FrameHeader:
 		d.fail(frameError(payload))
 	default:
-		d.fail(errdefs.Wrap(errdefs.ErrInternal, "unexpected frame %q in data", byte(t)))
+		d.fail(protocolError("unexpected frame %q in data", byte(t)))
 	}
 }
 
@@ -702,8 +767,10 @@ func (d *downloadReader) Close() error {
 	return nil
 }
 
-// agentError turns an agent's error into an errdefs class with its message.
+// agentError turns an agent's error into an errdefs class with its message,
+// cut to maxMessage.
 func agentError(e *agentproto.Error) error {
+	e = &agentproto.Error{Code: clip(e.Code, maxShort), Message: clip(e.Message, maxMessage)}
 	var cls error
 	switch e.Code {
 	case agentproto.CodeNotFound:

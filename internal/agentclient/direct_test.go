@@ -302,7 +302,7 @@ func TestDirectDownloadSize(t *testing.T) {
 		wantErr   error
 	}{
 		{"exact", int64(len(body)), nil},
-		{"more_than_announced", int64(len(body)) - 10, errdefs.ErrInternal},
+		{"more_than_announced", int64(len(body)) - 10, agentclient.ErrProtocol},
 		{"less_than_announced", int64(len(body)) + 10, io.ErrUnexpectedEOF},
 	}
 	for _, tt := range tests {

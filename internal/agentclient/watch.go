@@ -3,12 +3,10 @@ package agentclient
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"sync/atomic"
 
 	"github.com/airlockhq/airlock/internal/agentproto"
-	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // Watch is an inotify watch on a directory in the sandbox (see
@@ -51,17 +49,20 @@ func (w *Watch) Next() ([]agentproto.WatchEvent, error) {
 			return nil, w.fail(io.EOF)
 		case agentproto.FrameHeader:
 		default:
-			return nil, w.fail(errdefs.Wrap(errdefs.ErrInternal, "unexpected frame %q in watch events", byte(t)))
+			return nil, w.fail(protocolError("unexpected frame %q in watch events", byte(t)))
 		}
 		var m struct {
 			Events []agentproto.WatchEvent `json:"events"`
 			Error  *agentproto.Error       `json:"error"`
 		}
-		if err := agentproto.DecodeJSON(p, &m); err != nil {
-			return nil, w.fail(fmt.Errorf("%w: %w", errdefs.ErrInternal, err))
+		if err := decodeJSON(p, &m); err != nil {
+			return nil, w.fail(err)
 		}
 		if m.Error != nil {
 			return nil, w.fail(agentError(m.Error))
+		}
+		if err := checkWatchBatch(m.Events); err != nil {
+			return nil, w.fail(err)
 		}
 		if len(m.Events) > 0 {
 			return m.Events, nil

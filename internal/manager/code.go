@@ -182,6 +182,13 @@ func (cp *CodeProcess) follow(st *agentclient.Stream, ready chan<- error) {
 		switch ev.Stream {
 		case agentproto.StreamStdout:
 			out.Write(ev.Data)
+			if n := out.Len(); n > 8<<10 {
+				// Only the ready line is looked for: keep a tail that
+				// can hold it, whatever the agent sends before.
+				tail := append([]byte(nil), out.Bytes()[n-4<<10:]...)
+				out.Reset()
+				out.Write(tail)
+			}
 			if bytes.Contains(out.Bytes(), []byte(CodeReadyLine+"\n")) {
 				readySent = true
 				ready <- nil

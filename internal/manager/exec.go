@@ -32,6 +32,11 @@ const (
 	// backstopKillWait is how long the server waits for its own SIGKILL to
 	// end the exec before it records the timeout regardless.
 	backstopKillWait = 5 * time.Second
+	// maxReattach bounds how often one exec's stream is re-attached after
+	// its connection dropped: an agent that keeps dropping it (its own
+	// sandbox's root can make it) must not keep the daemon re-attaching
+	// for ever; an honest one drops at most when its daemon restarts.
+	maxReattach = 8
 	// stdinChunk is the piece size of stdin forwarding.
 	stdinChunk = 64 << 10
 	// retainMaxBytes bounds the output an ended exec keeps in memory for
@@ -411,6 +416,7 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 		backstop = bt.C
 	}
 	forced := false
+	reattached := 0
 	for {
 		select {
 		case it := <-items:
@@ -429,6 +435,22 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 					t.finishGone()
 					return
 				default:
+				}
+				// An agent that broke the protocol would only do it again;
+				// one that keeps dropping the stream is not followed for
+				// ever (see maxReattach).
+				if reattached++; errors.Is(it.err, agentclient.ErrProtocol) || reattached > maxReattach {
+					if !m.checkAlive(sb) {
+						t.finishGone()
+						return
+					}
+					m.log.Warn("giving up on an exec's stream", "sandbox_id", sb.id, "exec_id", t.id, "reattached", reattached-1, "err", it.err)
+					why := "lost connection to the sandbox agent"
+					if errors.Is(it.err, agentclient.ErrProtocol) {
+						why = "the sandbox agent broke the exec protocol"
+					}
+					t.finishLocal(api.ExecError, api.ExecCodeAgentUnavailable, why)
+					return
 				}
 				// The connection dropped but the sandbox may live: re-attach
 				// where we were.

@@ -6,6 +6,8 @@
 //	storage/         0700, nothing in it is visible to the sandbox
 //	  disk.img       sparse ext4 image of the writable layer (absent with Tmpfs)
 //	  rw/            mount of that image (or of a tmpfs): upper/ and work/
+//	    host/        0700, host root's: the host's files charged to the
+//	                 sandbox's quota, outside the overlay (PrivateDir)
 //	  lower/<n>/     read-only idmapped mount of Layers[n]
 //
 // Every mount made here lives at or under the sandbox directory, so
@@ -49,6 +51,7 @@ const (
 	storageName = "storage"
 	imageName   = "disk.img"
 	rwName      = "rw"
+	privateName = "host"
 	lowerName   = "lower"
 )
 
@@ -200,6 +203,10 @@ func Setup(ctx context.Context, opts Options) (_ *Rootfs, retErr error) {
 		}
 	}
 
+	if err := os.Mkdir(filepath.Join(rw, privateName), 0o700); err != nil {
+		return nil, fmt.Errorf("creating private dir: %w", err)
+	}
+
 	data := "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + upper + ",workdir=" + work + ",index=off"
 	if len(data) >= os.Getpagesize() {
 		return nil, errdefs.Wrap(errdefs.ErrInvalidArgument, "too many template layers for overlayfs options")
@@ -208,6 +215,40 @@ func Setup(ctx context.Context, opts Options) (_ *Rootfs, retErr error) {
 		return nil, fmt.Errorf("mounting overlay: %w", classify(err))
 	}
 	return &Rootfs{dir: dir}, nil
+}
+
+// PrivateDir returns the directory of the sandbox in dir (Options.Dir)
+// where the host keeps files written on the sandbox's behalf (the agent's
+// log): on the writable layer's file system, beside the overlay's upper
+// and work dirs, so what lands there counts against the sandbox's disk
+// quota (or its tmpfs size) and nothing more, yet it is no part of the
+// sandbox's root and nothing inside can see or reach it. It is host root's,
+// mode 0700, made here if the layer has none (storage set up by an earlier
+// version). It fails with an error wrapping errdefs.ErrNotFound when no
+// writable layer is mounted in dir: the directory would then be on the
+// host's own disk.
+func PrivateDir(dir string) (string, error) {
+	st := filepath.Join(dir, storageName)
+	rw := filepath.Join(st, rwName)
+	var parent, mnt unix.Stat_t
+	if err := unix.Stat(st, &parent); err != nil {
+		return "", errdefs.Wrap(errdefs.ErrNotFound, "no storage in %s", dir)
+	}
+	if err := unix.Stat(rw, &mnt); err != nil || mnt.Dev == parent.Dev {
+		return "", errdefs.Wrap(errdefs.ErrNotFound, "no writable layer mounted in %s", dir)
+	}
+	p := filepath.Join(rw, privateName)
+	if err := unix.Mkdir(p, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return "", fmt.Errorf("creating private dir: %w", classify(err))
+	}
+	var fi unix.Stat_t
+	if err := unix.Lstat(p, &fi); err != nil {
+		return "", fmt.Errorf("private dir: %w", classify(err))
+	}
+	if fi.Mode&unix.S_IFMT != unix.S_IFDIR || fi.Uid != 0 || fi.Dev != mnt.Dev {
+		return "", errdefs.Wrap(errdefs.ErrInternal, "private dir of %s is not host root's directory on its writable layer", dir)
+	}
+	return p, nil
 }
 
 // unixModeBits turns setuid/setgid/sticky bits of a stat mode into os bits.

@@ -330,6 +330,63 @@ func TestDiskFull(t *testing.T) {
 	}
 }
 
+// TestPrivateDir: the private dir is host root's, 0700, on the writable
+// layer's own file system (so a file there fills the quota and stops at
+// it), and absent from the sandbox's root; without a mounted layer there is
+// none, and a layer set up without one gets one.
+func TestPrivateDir(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			f := newFixture(t)
+			dir := f.dir(t, "sbx")
+			teardownOnFail(t, dir)
+			if _, err := PrivateDir(dir); !errdefs.IsNotFound(err) {
+				t.Errorf("PrivateDir before Setup: %v, want not found", err)
+			}
+			opts := f.opts(dir, mode.tmpfs)
+			opts.SizeMB = 16
+			r, err := Setup(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := PrivateDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var st, rw unix.Stat_t
+			if err := unix.Lstat(p, &st); err != nil || unix.Stat(filepath.Join(dir, storageName, rwName), &rw) != nil {
+				t.Fatal(err)
+			}
+			if st.Uid != 0 || st.Mode&0o7777 != 0o700 || st.Dev != rw.Dev {
+				t.Errorf("private dir: uid %d mode %o dev %d, want host root's, 0700, on the layer (dev %d)", st.Uid, st.Mode&0o7777, st.Dev, rw.Dev)
+			}
+			if out := listDir(t, r.Path()); strings.Contains(out, privateName) {
+				t.Errorf("the private dir shows in the sandbox's root: %s", out)
+			}
+			n, err := fill(filepath.Join(p, "log"))
+			if !errors.Is(err, syscall.ENOSPC) || n > opts.SizeMB<<20 {
+				t.Errorf("wrote %d bytes into the private dir of a %d MiB layer (%v), want ENOSPC within it", n, opts.SizeMB, err)
+			}
+			if err := os.Remove(filepath.Join(p, "log")); err != nil {
+				t.Fatal(err)
+			}
+			// A layer of an earlier version had none.
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			if q, err := PrivateDir(dir); err != nil || q != p {
+				t.Errorf("PrivateDir of a layer without one: %q, %v", q, err)
+			}
+			if err := r.Teardown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := PrivateDir(dir); !errdefs.IsNotFound(err) {
+				t.Errorf("PrivateDir after Teardown: %v, want not found", err)
+			}
+		})
+	}
+}
+
 // fill writes 1 MiB chunks to p until a write fails; it returns the bytes
 // written and the error.
 func fill(p string) (int64, error) {

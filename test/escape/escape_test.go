@@ -66,6 +66,7 @@ func TestEscape(t *testing.T) {
 				{"Setns", s.setns},
 				{"PtraceNeighbour", s.ptraceNeighbour},
 				{"PtraceAgent", s.ptraceAgent},
+				{"AgentMemory", s.agentMemory},
 				{"KillHostPID", s.killHostPID},
 				{"SignalAgent", s.signalAgent},
 				{"WriteSys", s.writeSys},
@@ -83,6 +84,7 @@ func TestEscape(t *testing.T) {
 				{"TimeChange", s.timeChange},
 				{"Reboot", s.reboot},
 				{"KernelInfo", s.kernelInfo},
+				{"UeventNetlink", s.ueventNetlink},
 				{"AgentBinary", s.agentBinary},
 				{"UserNamespace", s.userNamespace},
 				{"DaemonAPIFromInside", s.daemonAPIFromInside},
@@ -341,6 +343,40 @@ func (s *suite) ptraceAgent(t *testing.T) {
 		}
 		expect(t, userName(u), got, append(denied, notThere...))
 	}
+}
+
+// agentMemory: in a fresh sandbox whose only exec so far is the attack
+// itself, as root (before anything made the agent change its credentials,
+// which would have made it non-dumpable by chance), and then as the
+// default user, nothing of PID 1 can be read or written through /proc:
+// not its memory (the way to patch the agent's code and make it write
+// without end to its log on the host, or answer the daemon anything), its
+// environment, maps or descriptors, nor its binary read. The agent is
+// non-dumpable from its start (internal/agent/nodump) and, under runc, its
+// binary is host root's, mode 0711 (the runc driver's agentMode), so the
+// kernel makes it non-dumpable from its execve on.
+func (s *suite) agentMemory(t *testing.T) {
+	b := s.sandbox(t, api.CreateSandboxRequest{})
+	for _, u := range []string{"root", ""} {
+		got := b.py(t, u, progAgentProc)
+		s.noSecret(t, userName(u), values(got)...)
+		if s.sentry() {
+			// The Sentry's /proc (runsc 20221219) does not ask for
+			// ptrace rights: any user of the sandbox reads the agent's
+			// environment (PATH and HOME only, checked above), maps,
+			// auxiliary vector and descriptor links, and root opens its
+			// stdout and stderr, the agent's log, which lives on the
+			// sandbox's own quota'd layer (DiskFillAgentRunDir). The
+			// Sentry loads the binary as the sandbox's root, so it stays
+			// readable (runc.Runtime.ReadableAgent). What matters holds:
+			// there is no /proc/1/mem, and ptrace and process_vm_* are
+			// refused for the non-dumpable agent.
+			accept(got, errnos{"OK"}, append(keysWith(got, "fd_"),
+				"environ", "maps", "auxv", "agent_binary_read")...)
+		}
+		expect(t, userName(u), got, append(denied, notThere...))
+	}
+	b.alive(t)
 }
 
 // killHostPID: a host process's pid number, signalled from inside, reaches
@@ -641,7 +677,8 @@ func (s *suite) kernelInfo(t *testing.T) {
 		}
 		delete(got, "#kallsyms_addresses")
 		keys := []string{"/proc/kcore", "/proc/keys", "/proc/timer_list",
-			"/proc/sched_debug", "/proc/latency_stats", "/proc/timer_stats", "/proc/scsi/scsi", "/proc/acpi/wakeup", "syslog_read"}
+			"/proc/sched_debug", "/proc/latency_stats", "/proc/timer_stats", "/proc/scsi/scsi", "/proc/acpi/wakeup",
+			"/proc/config.gz", "/proc/interrupts", "syslog_read"}
 		if s.sentry() {
 			// The kernel log is the Sentry's own few lines.
 			if strings.HasPrefix(got["syslog_read"], "OK") {
@@ -649,6 +686,65 @@ func (s *suite) kernelInfo(t *testing.T) {
 			}
 		}
 		expect(t, userName(u), got, append(errnos{"EMPTY", "ENOENT"}, denied...), keys...)
+	}
+}
+
+// ueventNetlink: the sandbox's network namespace is made by the daemon, so
+// it belongs to the host's user namespace, and the kernel broadcasts the
+// host's uevents to it. While root inside listens, another sandbox is made
+// and deleted (its loop device attached, mounted and detached): nothing
+// reaches the listener, because under runc the uevent socket cannot be
+// opened (seccomp, EPERM) and under gVisor the Sentry's own netlink never
+// sees the host's events. Routing netlink still works.
+func (s *suite) ueventNetlink(t *testing.T) {
+	b := s.sandbox(t, api.CreateSandboxRequest{})
+	const ready, stop = "/tmp/uevent-ready", "/tmp/uevent-stop"
+	type outcome struct {
+		r   *api.ExecResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		to := 90.0
+		r, err := b.c().Exec(ctx, b.id, api.ExecRequest{Cmd: []string{"python3", "-c", pyPrelude + progUevent, ready, stop},
+			User: "root", TimeoutS: &to})
+		done <- outcome{r, err}
+	}()
+	if !eventually(time.Minute, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		_, err := b.readFile(ctx, ready)
+		return err == nil
+	}) {
+		t.Fatal("the listener did not start")
+	}
+	other := s.sandboxOf(t, neighbourTenant, api.CreateSandboxRequest{})
+	other.alive(t)
+	other.delete(t)
+	b.mustSh(t, "root", "touch "+stop)
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	out, _, err := client.Output(o.r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var got map[string]string
+	if json.Unmarshal([]byte(lines[len(lines)-1]), &got) != nil {
+		t.Fatalf("the listener did not finish: %+v", o.r)
+	}
+	if got["received"] != "NONE" {
+		t.Errorf("finding: root in sandbox %s received host uevents while another sandbox came and went: %s", b.id, got["received"])
+	}
+	if got["#route"] != "OK" {
+		t.Errorf("a routing netlink socket cannot be opened: %s", got["#route"])
+	}
+	if !s.sentry() {
+		expect(t, "root", got, errnos{"EPERM"}, "open_raw", "open_dgram")
 	}
 }
 
@@ -1065,8 +1161,11 @@ func (s *suite) diskFill(t *testing.T) {
 
 // diskFillRunDir: root inside writes where the agent's socket dir was once
 // bind-mounted from the host (/.airlock/run) and into the agent's stdout
-// and stderr (agent.log, a host file), and lists its writable mounts:
-// nothing it writes may reach the host's disk outside its quota.
+// and stderr (its log, a file on the host), and lists its writable mounts:
+// nothing it writes may reach the host's disk outside its quota. Under
+// runc the agent's descriptors are out of reach (it is non-dumpable);
+// under gVisor root opens them, and the log is on the sandbox's own quota'd
+// layer: four times the quota written there stops at the quota.
 func (s *suite) diskFillRunDir(t *testing.T) {
 	const quotaMB, writeMB = 32, 128
 	b := s.sandbox(t, api.CreateSandboxRequest{Resources: &api.Resources{DiskMB: quotaMB}})
@@ -1089,16 +1188,22 @@ func (s *suite) diskFillRunDir(t *testing.T) {
 		t.Errorf("finding: sandbox %s has a writable %s mount at %s: what root inside writes there is not bounded by its disk quota", b.id, fstype, mnt)
 	}
 	r := b.sh(t, "root", fmt.Sprintf("mkdir -p /.airlock/run; dd if=/dev/zero of=/.airlock/run/fill bs=1M count=%d 2>&1; "+
-		"for f in 1 2; do head -c 4194304 /dev/zero >> /proc/1/fd/$f && echo wrote-agent-fd-$f; done 2>&1; true", writeMB))
+		"rm -f /.airlock/run/fill; "+
+		"for f in 1 2; do head -c %d /dev/zero >> /proc/1/fd/$f && echo wrote-agent-fd-$f; done 2>&1; true", writeMB, writeMB<<20))
 	after := hostFilesSize(t, sbxDir)
 	if strings.Contains(r.stdout, fmt.Sprintf("%d bytes", writeMB<<20)) || after-before > quotaMB<<20 {
 		t.Errorf("finding: root in a sandbox with a %d MiB disk quota wrote %d MiB to the host's disk outside its layer "+
 			"(sandbox dir %s without its storage): %v", quotaMB, (after-before)>>20, sbxDir, r)
 	}
 	if strings.Contains(r.stdout, "wrote-agent-fd") {
-		t.Errorf("finding: root in sandbox %s writes to the agent's log on the host through /proc/1/fd: %v", b.id, r)
+		t.Errorf("finding: root in sandbox %s wrote %d MiB to the agent's log on the host through /proc/1/fd: %v", b.id, writeMB, r)
 	}
-	b.sh(t, "root", "rm -f /.airlock/run/fill")
+	// The host's view: <sandbox>/agent.log leads to the log.
+	if fi, err := os.Stat(filepath.Join(sbxDir, "agent.log")); err != nil || fi.Size() > quotaMB<<20 {
+		t.Errorf("the agent's log of a %d MiB sandbox: %v, %v", quotaMB, fi, err)
+	}
+	b.sh(t, "root", ": > /proc/1/fd/2 2>/dev/null; true")
+	b.alive(t)
 }
 
 // progWritableMounts lists the mounts the sandbox can write to whose data

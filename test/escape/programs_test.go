@@ -462,7 +462,7 @@ done()
 // progKernelInfo reads what masked /proc paths and kptr_restrict hide.
 const progKernelInfo = `
 for p in ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
-          "/proc/timer_stats", "/proc/scsi/scsi", "/proc/acpi/wakeup"]:
+          "/proc/timer_stats", "/proc/scsi/scsi", "/proc/acpi/wakeup", "/proc/config.gz", "/proc/interrupts"]:
     R[p] = readf(p, 256)
     if R[p] == "OK:":
         R[p] = "EMPTY"
@@ -488,6 +488,94 @@ open("/tmp/fake-agent", "w").write("#!/bin/sh\n")
 R["rename_over_agent"] = ot(os.rename, "/tmp/fake-agent", "/.airlock/airlock-agent")
 R["chmod_agent"] = ot(os.chmod, "/.airlock/airlock-agent", 0o777)
 R["truncate_agent"] = ot(os.truncate, "/.airlock/airlock-agent", 0)
+done()
+`
+
+// progAgentProc reaches for PID 1 (the agent) through /proc and its
+// binary: its memory read-write and read-only (the way a patch of its code
+// begins), its environment, maps and auxiliary vector, its descriptors
+// (listing and each link), its executable and the bind-mounted binary for
+// reading, and its stdout/stderr (the agent's log on the host) for writing.
+// Every one must be refused to every user of the sandbox.
+const progAgentProc = `
+def rd(p):
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.read(fd, 1)
+    finally:
+        os.close(fd)
+R["mem_rdwr"] = ot(lambda: os.close(os.open("/proc/1/mem", os.O_RDWR)))
+R["mem_rdonly"] = ot(lambda: os.close(os.open("/proc/1/mem", os.O_RDONLY)))
+R["environ"] = readf("/proc/1/environ")
+R["maps"] = readf("/proc/1/maps")
+R["auxv"] = readf("/proc/1/auxv")
+R["map_files"] = ot(os.listdir, "/proc/1/map_files")
+try:
+    R["fd_list"] = "OK:" + ",".join(os.listdir("/proc/1/fd"))
+except OSError as e:
+    R["fd_list"] = en(e.errno)
+for n in range(0, 16):
+    r = ot(os.readlink, "/proc/1/fd/%d" % n)
+    if r != "ENOENT":
+        R["fd_link_%d" % n] = r
+for n in (1, 2):
+    R["fd_write_%d" % n] = ot(lambda: os.close(os.open("/proc/1/fd/%d" % n, os.O_WRONLY | os.O_APPEND)))
+R["exe_read"] = ot(rd, "/proc/1/exe")
+R["agent_binary_read"] = ot(rd, "/.airlock/airlock-agent")
+# The agent is a static binary loaded at 0x400000. With a real buffer, not
+# a zero-length one (which Linux answers before any check): EFAULT would
+# mean the access check passed.
+class iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+buf = ctypes.create_string_buffer(8)
+local, remote = iovec(ctypes.cast(buf, ctypes.c_void_p), 8), iovec(0x400000, 8)
+for nr, name in ((310, "vm_readv"), (311, "vm_writev")):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), ctypes.c_long(1), ctypes.byref(local), ctypes.c_long(1),
+                     ctypes.byref(remote), ctypes.c_long(1), ctypes.c_long(0))
+    R[name] = "OK" if r >= 0 else en(ctypes.get_errno())
+for req, name in ((16, "ptrace_attach"), (0x4206, "ptrace_seize")):
+    R[name] = sc(101, req, 1, 0, 0)
+    if R[name] == "OK":
+        sc(101, 17, 1, 0, 0)  # PTRACE_DETACH: leave the agent as it was
+done()
+`
+
+// progUevent opens netlink sockets of the kernel's object events
+// (NETLINK_KOBJECT_UEVENT, raw and datagram), binds the raw one to the
+// kernel's multicast group, writes argv[1] once it listens, and counts what
+// arrives until the file argv[2] exists (everything queued is read first),
+// at most 60 s. A routing netlink socket must still open (ip, getaddrinfo).
+const progUevent = `
+import select
+ready, stop = sys.argv[1], sys.argv[2]
+AF_NETLINK, NETLINK_KOBJECT_UEVENT = 16, 15
+def sock(t, proto):
+    try:
+        return socket.socket(AF_NETLINK, t, proto), "OK"
+    except OSError as e:
+        return None, en(e.errno)
+s, R["open_raw"] = sock(socket.SOCK_RAW, NETLINK_KOBJECT_UEVENT)
+d, R["open_dgram"] = sock(socket.SOCK_DGRAM, NETLINK_KOBJECT_UEVENT)
+if d is not None:
+    d.close()
+r, R["#route"] = sock(socket.SOCK_RAW, 0)
+if r is not None:
+    r.close()
+if s is not None:
+    R["bind"] = ot(s.bind, (0, 1))
+open(ready, "w").write("1")
+n, seen, end = 0, [], time.time() + 60
+while time.time() < end:
+    if s is not None and select.select([s], [], [], 0.2)[0]:
+        seen.append(s.recv(65536)[:80].decode("latin-1"))
+        n += 1
+        continue
+    if s is None:
+        time.sleep(0.2)
+    if os.path.exists(stop):
+        break
+R["received"] = ("OK:%d %r" % (n, seen[:3])) if n else "NONE"
 done()
 `
 

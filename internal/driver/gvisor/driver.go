@@ -155,7 +155,9 @@ func New(cfg Config) (*Driver, error) {
 			ListenSocket: true,
 			Helpers:      true,
 			KeepOOMScore: true,
-			PausesItself: true,
+			// The Sentry loads the agent as the sandbox's root.
+			ReadableAgent: true,
+			PausesItself:  true,
 			// The Sentry's netstack takes the namespace's interfaces at
 			// start (see netstack.go).
 			InterfacesAtStart: true,

@@ -177,27 +177,6 @@ func (d *Driver) socketDir(dir string) string {
 // onto the data dir's file system. A socket takes no data.
 const socketDirSize = "size=16k,nr_inodes=16"
 
-// logDirName is the host directory of agent.log with Runtime.ListenSocket:
-// a tmpfs of logDirSize. Under runsc root inside can write to the agent's
-// stdout (/proc/1/fd/1); a file on the data dir's file system would be a
-// way around the disk quota until the janitor's next check. The agent keeps
-// its log under 1 MiB itself.
-const (
-	logDirName = "log"
-	logDirSize = "size=2m,nr_inodes=16"
-)
-
-// makeLogDir mounts the tmpfs of agent.log at dir, root's, mode 0700.
-func makeLogDir(dir string) error {
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return fmt.Errorf("creating agent log dir: %w", err)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, logDirSize+",mode=0700"); err != nil {
-		return fmt.Errorf("mounting agent log dir: %w", err)
-	}
-	return nil
-}
-
 // sealSocketDir hands the socket dir to host root, mode 0755 (ro true), or
 // back to the sandbox's root, uid, mode 0700. Once the agent listens,
 // nothing needs to write there, and a dir of host root, a uid the

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -87,18 +89,32 @@ var capabilities = []string{
 	"CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_AUDIT_WRITE",
 }
 
-// maskedPaths and readonlyPaths are runc's and Docker's defaults: kernel
-// state in /proc and /sys that leaks host information or allows changing it.
+// staticMaskedPaths and readonlyPaths are Docker's, containerd's and
+// CRI-O's defaults (2025: with the thermal side channel's /proc/interrupts
+// and, in maskedPaths, each CPU's thermal_throttle), plus /proc/config.gz,
+// the host kernel's build configuration: which options, drivers and
+// hardening a kernel exploit would meet. Masked paths are kernel state in
+// /proc and /sys that leaks host information; read-only ones would let it
+// be changed. runc skips a masked path the host does not have.
 var (
-	maskedPaths = []string{
-		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+	staticMaskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/config.gz", "/proc/interrupts", "/proc/kcore", "/proc/keys",
 		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
-		"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+		"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap", "/sys/fs/selinux",
 	}
 	readonlyPaths = []string{
 		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
 	}
 )
+
+// maskedPaths is staticMaskedPaths and the thermal_throttle directory of
+// every CPU of the host, found once: CPUs come and go rarely, and a path
+// missing later is skipped by runc.
+var maskedPaths = sync.OnceValue(func() []string {
+	m := slices.Clone(staticMaskedPaths)
+	cpus, _ := filepath.Glob("/sys/devices/system/cpu/cpu[0-9]*/thermal_throttle")
+	return append(m, cpus...)
+})
 
 // allowedDevices are the only device nodes the sandbox may open (the
 // device cgroup denies every other): the standard safe set.
@@ -190,7 +206,7 @@ func buildSpec(p bundleParams) (*specs.Spec, error) {
 				{Type: specs.MountNamespace}, {Type: specs.CgroupNamespace}, {Type: specs.UserNamespace},
 				netns,
 			},
-			MaskedPaths:   maskedPaths,
+			MaskedPaths:   maskedPaths(),
 			ReadonlyPaths: readonlyPaths,
 		},
 		Annotations: map[string]string{"io.airlock.sandbox.id": p.Spec.ID},

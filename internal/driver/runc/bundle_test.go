@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/driver"
 )
@@ -127,7 +128,8 @@ func TestSpecIsolation(t *testing.T) {
 	if s.Hostname != "h1" || s.Root.Path != "/data/sandboxes/sbx_x/rootfs" || s.Root.Readonly {
 		t.Errorf("hostname %q root %+v", s.Hostname, s.Root)
 	}
-	for _, m := range []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/sys/firmware", "/proc/acpi", "/proc/scsi"} {
+	for _, m := range []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/sys/firmware", "/proc/acpi", "/proc/scsi",
+		"/proc/config.gz", "/proc/interrupts"} {
 		if !slices.Contains(s.Linux.MaskedPaths, m) {
 			t.Errorf("%s not masked", m)
 		}
@@ -290,5 +292,42 @@ func TestSeccompProfile(t *testing.T) {
 	}
 	if len(sc.Architectures) != 1 {
 		t.Errorf("architectures %v, want the native one only", sc.Architectures)
+	}
+	// socket(AF_NETLINK) is allowed for every protocol but the kernel's
+	// object events, which are refused with EPERM.
+	var netlinkAllow, ueventDeny int
+	for _, r := range sc.Syscalls {
+		if !slices.Contains(r.Names, "socket") {
+			continue
+		}
+		domain, proto := -1, -1
+		var protoOp specs.LinuxSeccompOperator
+		for _, a := range r.Args {
+			switch a.Index {
+			case 0:
+				if a.Op == specs.OpEqualTo {
+					domain = int(a.Value)
+				}
+				if (a.Op == specs.OpLessThan && a.Value > unix.AF_NETLINK) || (a.Op == specs.OpLessEqual && a.Value >= unix.AF_NETLINK) {
+					domain = unix.AF_NETLINK // a range holding it
+				}
+			case 2:
+				proto, protoOp = int(a.Value), a.Op
+			}
+		}
+		if domain != unix.AF_NETLINK {
+			continue
+		}
+		switch {
+		case r.Action == specs.ActAllow && proto == unix.NETLINK_KOBJECT_UEVENT && protoOp == specs.OpNotEqual:
+			netlinkAllow++
+		case r.Action == specs.ActAllow:
+			t.Errorf("a rule allows socket(AF_NETLINK) without excluding NETLINK_KOBJECT_UEVENT: %+v", r)
+		case r.Action == specs.ActErrno && proto == unix.NETLINK_KOBJECT_UEVENT && protoOp == specs.OpEqualTo && r.ErrnoRet != nil && *r.ErrnoRet == uint(unix.EPERM):
+			ueventDeny++
+		}
+	}
+	if netlinkAllow != 1 || ueventDeny != 1 {
+		t.Errorf("netlink rules: %d allowing all but uevents, %d refusing uevents with EPERM; want 1 and 1", netlinkAllow, ueventDeny)
 	}
 }

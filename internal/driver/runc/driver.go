@@ -2,13 +2,16 @@
 //
 // Layout under Config.DataDir:
 //
-//	bin/airlock-agent       copy of the agent, bind-mounted read-only into sandboxes
+//	bin/airlock-agent       copy of the agent (host root's, 0711: see agentMode),
+//	                        bind-mounted read-only into sandboxes
 //	runc/                   runc's state (--root)
 //	slots/<n>               uid range n is taken by the sandbox id written in it
 //	sandboxes/<id>/         one sandbox: config.json (the bundle), state.json,
 //	                        rootfs/ and storage/ (internal/storage), run/ (the
 //	                        agent's socket, root's, never mounted into the
-//	                        sandbox), agent.log, runc.log, init.pid; with
+//	                        sandbox), agent.log (a symlink to the agent's log
+//	                        on the sandbox's own quota'd layer, see
+//	                        openAgentLog), runc.log, init.pid; with
 //	                        Runtime.ListenSocket uds/ (see agentsock.go)
 //
 // Another OCI runtime that speaks runc's command line (gVisor's runsc) runs
@@ -108,11 +111,13 @@ const (
 	// cleanupTimeout bounds teardown and rollback that run detached from the
 	// caller's context.
 	cleanupTimeout = 60 * time.Second
-	// agentLogMax bounds agent.log: the agent logs its own troubles, never
-	// sandbox output, so a log above this is noise and is truncated.
-	agentLogMax = 1 << 20
-	// logCheckEvery is how often agent logs are checked against agentLogMax.
-	logCheckEvery = 30 * time.Second
+	// legacyLogMax bounds the agent.log of a sandbox started by an earlier
+	// daemon, which lives on the data dir's file system (capLegacyLog).
+	legacyLogMax = 1 << 20
+	// reapEvery is how often the runtime's orphaned processes are reaped
+	// (Runtime.Helpers): a sandbox whose runtime died on its own (an OOM
+	// kill) leaves its zombies to the daemon, and they cost only a pid each.
+	reapEvery = 30 * time.Second
 	// oomScoreAdj is the agent's: the kernel kills user code (the agent raises
 	// its children to 500) long before the sandbox's only way in.
 	oomScoreAdj = -998
@@ -260,12 +265,18 @@ func New(cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	d.raiseFileMax()
-	d.agentPath, d.agentErr = installAgent(cfg.AgentPath, filepath.Join(cfg.DataDir, "bin", "airlock-agent"))
+	mode := os.FileMode(agentMode)
+	if rt.ReadableAgent {
+		mode = 0o755
+	}
+	d.agentPath, d.agentErr = installAgent(cfg.AgentPath, filepath.Join(cfg.DataDir, "bin", "airlock-agent"), mode)
 	if d.agentErr != nil {
 		d.log.Warn("no usable agent binary", "path", cfg.AgentPath, "err", d.agentErr)
 	}
-	d.wg.Add(1)
-	go d.logJanitor()
+	if rt.Helpers {
+		d.wg.Add(1)
+		go d.reapLoop()
+	}
 	return d, nil
 }
 
@@ -456,11 +467,25 @@ func searchable(dir string) error {
 	}
 }
 
-// installAgent copies the agent binary into the data dir (mode 0755) by an
-// atomic rename: running sandboxes keep the inode they bind-mounted, so an
-// upgrade never changes a binary under a running agent, and the copy is
-// reachable by sandbox uids wherever the original lives.
-func installAgent(src, dst string) (string, error) {
+// agentMode is the agent binary's mode in the data dir: executable by the
+// sandboxes' uids, readable by nobody but host root. An exec of a binary
+// its process cannot read is non-dumpable from its first instruction, and
+// its memory belongs to the host's user namespace (would_dump in
+// fs/exec.c): no process of the sandbox, root included, can then read or
+// write the agent's memory, environment or descriptors through /proc, and
+// no user of the sandbox can read the binary. Root inside holds
+// CAP_DAC_OVERRIDE only over files of uids its user namespace maps, and
+// host root is not one of them. The agent also makes itself non-dumpable
+// as it starts (internal/agent/nodump), which holds where the binary must
+// stay readable (Runtime.ReadableAgent).
+const agentMode = 0o711
+
+// installAgent copies the agent binary into the data dir, host root's with
+// mode (agentMode), by an atomic rename: running sandboxes keep the inode
+// they bind-mounted, so an upgrade never changes a binary under a running
+// agent, and the copy is reachable by sandbox uids wherever the original
+// lives.
+func installAgent(src, dst string, mode os.FileMode) (string, error) {
 	if src == "" {
 		return "", errors.New("no agent path configured")
 	}
@@ -479,7 +504,7 @@ func installAgent(src, dst string) (string, error) {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o755)
+		err = os.Chmod(tmp.Name(), mode)
 	}
 	if err == nil {
 		err = os.Rename(tmp.Name(), dst)
@@ -608,9 +633,6 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle
 		if err := makeSocketDir(filepath.Join(dir, socketDirName), st.UIDBase); err != nil {
 			return nil, err
 		}
-		if err := makeLogDir(filepath.Join(dir, logDirName)); err != nil {
-			return nil, err
-		}
 	}
 	var sysDir string
 	if spec.NetNSPath != "" {
@@ -686,9 +708,9 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		return err
 	}
 	dir := st.Dir
-	logf, err := os.OpenFile(d.agentLog(dir), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := openAgentLog(dir)
 	if err != nil {
-		return fmt.Errorf("opening agent log: %w", err)
+		return fmt.Errorf("starting sandbox %s: %w", id, err)
 	}
 	defer logf.Close()
 	var extra []*os.File
@@ -1289,7 +1311,7 @@ func (d *Driver) Inspect(ctx context.Context, id string) (driver.Status, error) 
 	if err != nil {
 		return driver.Status{}, fmt.Errorf("inspecting sandbox %s: %w", id, err)
 	}
-	d.capLog(st.Dir)
+	d.capLegacyLog(st.Dir)
 	var status driver.Status
 	cs, err := d.runc.state(ctx, id)
 	switch {
@@ -1511,48 +1533,70 @@ func (d *Driver) Stats(ctx context.Context, id string) (driver.Stats, error) {
 	return s, nil
 }
 
-// logJanitor keeps every agent.log under agentLogMax.
-func (d *Driver) logJanitor() {
+// reapLoop reaps the runtime's orphaned processes every reapEvery.
+func (d *Driver) reapLoop() {
 	defer d.wg.Done()
-	t := time.NewTicker(logCheckEvery)
+	t := time.NewTicker(reapEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-d.stop:
 			return
 		case <-t.C:
-			ents, err := os.ReadDir(d.sbxRoot)
-			if err != nil {
-				continue
-			}
-			for _, e := range ents {
-				d.capLog(filepath.Join(d.sbxRoot, e.Name()))
-			}
-			if d.cfg.Runtime.Helpers {
-				// A sandbox whose runtime died on its own (an OOM
-				// kill) left its stubs to the daemon.
-				d.reapRuntimeZombies()
-			}
+			// A sandbox whose runtime died on its own (an OOM kill) left
+			// its stubs to the daemon.
+			d.reapRuntimeZombies()
 		}
 	}
 }
 
-// agentLog is the agent's stdout and stderr on the host; with
-// Runtime.ListenSocket on a small tmpfs (see logDirName).
-func (d *Driver) agentLog(dir string) string {
-	if d.cfg.Runtime.ListenSocket {
-		return filepath.Join(dir, logDirName, "agent.log")
+// The agent's log. The agent's stdout and stderr are one file the daemon
+// opens for it, agentLogName in the sandbox's storage.PrivateDir: on the
+// sandbox's own writable layer (its loop-mounted ext4 image or its tmpfs),
+// outside the overlay, so the sandbox cannot see it and everything written
+// to it, by the agent or by whatever made the agent (or, under gVisor, root
+// inside, through /proc/1/fd/1) write, counts against the sandbox's disk
+// quota: at worst the sandbox fills its own quota, never the host's disk.
+// The agent still empties the file before it passes 1 MiB (--log-max), so
+// that its log takes little of the quota. <sandbox>/agent.log is a symlink
+// to it for whoever debugs on the host.
+const agentLogName = "agent.log"
+
+// openAgentLog opens the agent's log of the sandbox in dir for appending,
+// creating it (host root's, 0600) and the symlink to it. Without a mounted
+// writable layer there is no log (and no start): it would be on the host's
+// own disk.
+func openAgentLog(dir string) (*os.File, error) {
+	priv, err := storage.PrivateDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("agent log: %w", err)
 	}
-	return filepath.Join(dir, "agent.log")
+	p := filepath.Join(priv, agentLogName)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening agent log: %w", err)
+	}
+	rel, err := filepath.Rel(dir, p)
+	if err == nil {
+		// Best effort, for people: only where nothing is yet (a sandbox
+		// of an earlier daemon keeps its old log file there).
+		_ = os.Symlink(rel, filepath.Join(dir, agentLogName))
+	}
+	return f, nil
 }
 
-// capLog truncates dir/agent.log once it exceeds agentLogMax. The agent
-// writes with O_APPEND, so its next line lands at the new end.
-func (d *Driver) capLog(dir string) {
-	p := d.agentLog(dir)
-	if fi, err := os.Stat(p); err == nil && fi.Size() > agentLogMax {
+// capLegacyLog truncates the agent.log of a runc sandbox an earlier daemon
+// made, a regular file on the data dir's file system, once it exceeds
+// legacyLogMax (the manager's sweep inspects every sandbox every 30 s):
+// such a sandbox runs the agent it started with until its next start,
+// which moves the log onto its own storage. (A gVisor one's is on a 2 MiB
+// tmpfs of its own, log/, which its teardown unmounts.) The agent opened
+// it O_APPEND, so its next line lands at the new end.
+func (d *Driver) capLegacyLog(dir string) {
+	p := filepath.Join(dir, agentLogName)
+	if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() && fi.Size() > legacyLogMax {
 		if err := os.Truncate(p, 0); err == nil {
-			d.log.Info("agent log truncated", "path", p, "size", fi.Size())
+			d.log.Info("legacy agent log truncated", "path", p, "size", fi.Size())
 		}
 	}
 }

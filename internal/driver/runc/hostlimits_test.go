@@ -3,6 +3,7 @@ package runc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/cgroups"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/storage"
 )
 
 // TestAgentSocket: the agent's socket is the daemon's, in a directory the
@@ -127,6 +129,88 @@ func TestAgentSocket(t *testing.T) {
 		t.Fatalf("DialAgent to the agent's own socket: %v", err)
 	}
 	conn.Close()
+}
+
+// TestAgentLogBounded: the agent's stdout and stderr (its log on the host)
+// is a file on the sandbox's own writable layer, so writing to it without
+// end, through the very path of the agent's stderr (/proc/<init>/fd/2, as
+// host root: what an agent made to log for ever would do), stops at the
+// sandbox's disk quota, with the ext4 image and with a tmpfs layer; the
+// data dir's file system outside the layer does not grow, the log is
+// nowhere inside the sandbox, and the sandbox still answers. (Before, the
+// log was a file in the sandbox dir that took whatever was written.)
+func TestAgentLogBounded(t *testing.T) {
+	requireHost(t)
+	tmpl := baseTemplate(t)
+	d := newDriver(t, newDataDir(t))
+	const quotaMB = 16
+	for _, tc := range []struct {
+		name  string
+		tmpfs bool
+	}{{"ext4", false}, {"tmpfs", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "sbx_log" + tc.name + strconv.Itoa(os.Getpid())
+			c := started(t, d, driver.Spec{ID: id, Template: tmpl,
+				Resources: driver.Resources{DiskMB: quotaMB, DiskTmpfs: tc.tmpfs}})
+			st, err := loadState(d.dir(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			priv, err := storage.PrivateDir(d.dir(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			logPath := filepath.Join(priv, agentLogName)
+			if got, err := filepath.EvalSymlinks(filepath.Join(d.dir(id), agentLogName)); err != nil || got != logPath {
+				t.Errorf("%s/agent.log leads to %q (%v), want %s", d.dir(id), got, err, logPath)
+			}
+			var sfsBefore unix.Statfs_t
+			if err := unix.Statfs(d.dir(id), &sfsBefore); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/2", st.Pid), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			var fi, li unix.Stat_t
+			if err := unix.Fstat(int(f.Fd()), &fi); err != nil || unix.Stat(logPath, &li) != nil || fi.Ino != li.Ino || fi.Dev != li.Dev {
+				t.Errorf("the agent's stderr is not %s (%v)", logPath, err)
+			}
+			buf := make([]byte, 1<<20)
+			var wrote int64
+			var werr error
+			for wrote < 4*quotaMB<<20 {
+				n, err := f.Write(buf)
+				wrote += int64(n)
+				if err != nil {
+					werr = err
+					break
+				}
+			}
+			if !errors.Is(werr, unix.ENOSPC) {
+				t.Errorf("wrote %d MiB to the agent's log of a sandbox with %d MiB of disk (%v), want ENOSPC within the quota", wrote>>20, quotaMB, werr)
+			}
+			if err := unix.Stat(logPath, &li); err != nil || li.Size > quotaMB<<20 {
+				t.Errorf("agent log is %d bytes (%v), past the %d MiB quota", li.Size, err, quotaMB)
+			}
+			var sfsAfter unix.Statfs_t
+			if err := unix.Statfs(d.dir(id), &sfsAfter); err != nil {
+				t.Fatal(err)
+			}
+			// Other tests may write meanwhile: only growth beyond the
+			// quota (what the image may take) counts.
+			if grew := (int64(sfsBefore.Bavail) - int64(sfsAfter.Bavail)) * sfsAfter.Bsize; grew > 2*quotaMB<<20 {
+				t.Errorf("the data dir's file system lost %d MiB while a %d MiB sandbox's log was written", grew>>20, quotaMB)
+			}
+			if out := output(t, c, "find / -xdev -name agent.log 2>/dev/null; echo done"); out != "done\n" {
+				t.Errorf("the agent's log is visible inside: %q", out)
+			}
+			if err := c.Ping(context.Background()); err != nil {
+				t.Errorf("sandbox with a full log: %v", err)
+			}
+		})
+	}
 }
 
 // TestSandboxRlimits: processes start with the soft open file limit

@@ -3,6 +3,7 @@ package runc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -211,9 +212,59 @@ func TestSandboxHardening(t *testing.T) {
 		}
 	}
 	// runc adds HOME from the sandbox's passwd; nothing of the daemon's.
-	env := output(t, c, "tr '\\0' '\\n' < /proc/1/environ")
+	// Read from the host: inside, the agent's environment is not readable.
+	st, err := loadState(d.dir("sbx_hard" + strconv.Itoa(os.Getpid())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", st.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := strings.ReplaceAll(string(b), "\x00", "\n")
 	if !strings.Contains(env, sandboxPath+"\n") || strings.Contains(env, "AIRLOCK_SECRET_TEST_VAR") || len(strings.Fields(env)) > 2 {
 		t.Errorf("agent environment %q, want PATH (and runc's HOME) only", env)
+	}
+	// Root inside cannot read or write the agent's memory, environment,
+	// descriptors or binary: the agent is non-dumpable and its binary is
+	// host root's, mode 0711. No CAP_SYS_PTRACE (bit 19) either, above.
+	if out := output(t, c, "for p in /proc/1/mem /proc/1/environ /proc/1/maps /.airlock/airlock-agent; do "+
+		"head -c1 $p >/dev/null 2>&1 && echo read:$p; done; ls /proc/1/fd >/dev/null 2>&1 && echo listed-fds; "+
+		"readlink /proc/1/fd/0 /proc/1/exe >/dev/null 2>&1 && echo read-links; "+
+		"python3 -c 'import os; os.open(\"/proc/1/mem\", os.O_RDWR)' 2>/dev/null && echo opened-mem; echo done"); out != "done\n" {
+		t.Errorf("root inside reaches into the agent: %q", out)
+	}
+	var bin unix.Stat_t
+	if err := unix.Stat(d.agentPath, &bin); err != nil || bin.Uid != 0 || bin.Mode&0o7777 != agentMode {
+		t.Errorf("agent binary %s: uid %d mode %o (%v), want host root's, %o", d.agentPath, bin.Uid, bin.Mode&0o7777, err, agentMode)
+	}
+	// What the non-dumpable agent does for its children still works: they
+	// are dumpable again after execve (their own /proc is theirs), and a
+	// PTY is their controlling terminal.
+	// (Read once the child runs sleep: mid-execve its environment is empty.)
+	if out := output(t, c, "sleep 30 & p=$!; i=0; while [ $i -lt 200 ] && [ \"$(readlink /proc/$p/exe 2>/dev/null)\" != /usr/bin/sleep ]; "+
+		"do i=$((i+1)); sleep 0.01; done; tr '\\0' '\\n' < /proc/$p/environ | grep -q '^PATH=' && echo child-dumpable; kill $p"); out != "child-dumpable\n" {
+		t.Errorf("an exec cannot read its sibling's /proc (children of the agent stay non-dumpable?): %q", out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st2, err := c.Exec(ctx, agentproto.ExecRequest{ID: "ex_pty", Shell: "tty; stty size", User: "root", PTY: &agentproto.PTYSize{Cols: 91, Rows: 27}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pty strings.Builder
+	for {
+		ev, err := st2.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		pty.Write(ev.Data)
+	}
+	if got := pty.String(); !strings.Contains(got, "/dev/pts/") || !strings.Contains(got, "27 91") {
+		t.Errorf("PTY exec printed %q, want its terminal and size", got)
 	}
 	if kc := output(t, c, "wc -c < /proc/kcore; cat /proc/keys | wc -c"); strings.Fields(kc)[0] != "0" {
 		t.Errorf("/proc/kcore readable: %q", kc)
@@ -282,22 +333,36 @@ func TestDestroyHalfCreated(t *testing.T) {
 	snap.AssertNoLeaks(t)
 }
 
-// TestAgentLogCap: an agent log past agentLogMax is truncated.
-func TestAgentLogCap(t *testing.T) {
+// TestLegacyAgentLogCap: the agent.log of a sandbox an earlier daemon made
+// (a regular file in its dir, on the data dir's file system) is truncated
+// past legacyLogMax; the symlink to today's log is left alone.
+func TestLegacyAgentLogCap(t *testing.T) {
 	dir := t.TempDir()
-	p := filepath.Join(dir, "agent.log")
-	if err := os.WriteFile(p, make([]byte, agentLogMax+1), 0o600); err != nil {
+	p := filepath.Join(dir, agentLogName)
+	if err := os.WriteFile(p, make([]byte, legacyLogMax+1), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d := &Driver{log: discardLogger()}
-	d.capLog(dir)
+	d.capLegacyLog(dir)
 	if fi, err := os.Stat(p); err != nil || fi.Size() != 0 {
 		t.Fatalf("log after cap: %v, %v", fi.Size(), err)
 	}
 	os.WriteFile(p, []byte("small"), 0o600)
-	d.capLog(dir)
+	d.capLegacyLog(dir)
 	if b, _ := os.ReadFile(p); string(b) != "small" {
 		t.Fatalf("small log changed: %q", b)
+	}
+	target := filepath.Join(dir, "target")
+	if err := os.WriteFile(target, make([]byte, legacyLogMax+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(p)
+	if err := os.Symlink("target", p); err != nil {
+		t.Fatal(err)
+	}
+	d.capLegacyLog(dir)
+	if fi, err := os.Stat(target); err != nil || fi.Size() != legacyLogMax+1 {
+		t.Fatalf("the symlink's target was truncated: %v, %v", fi.Size(), err)
 	}
 }
 

@@ -55,6 +55,13 @@ type Runtime struct {
 	// in, when it has one: runsc reaches its sandbox through an abstract
 	// unix socket, which is per network namespace.
 	CommandsInNetNS bool
+	// ReadableAgent keeps the agent binary readable by the sandbox's
+	// users (mode 0755) for a runtime that loads it as the sandbox's root
+	// rather than with the host kernel's execve (runsc: the Sentry opens
+	// the binary for reading, as the sandbox's root, through the Gofer).
+	// The agent still makes itself non-dumpable as it starts
+	// (internal/agent/nodump); see agentMode.
+	ReadableAgent bool
 	// EditSpec adjusts the bundle after it is built, before it is written;
 	// dir is the sandbox's host directory, where it may put files the
 	// bundle needs.

@@ -41,8 +41,23 @@ var deniedSyscalls = []string{
 	"ptrace", "process_vm_readv", "process_vm_writev",
 }
 
+// Kernel object events (NETLINK_KOBJECT_UEVENT sockets) are refused with
+// EPERM. The sandbox's network namespace is made by the daemon, so it
+// belongs to the host's user namespace, and the kernel broadcasts every
+// host uevent to every such namespace, to anyone who binds the socket: the
+// host's devices, and other sandboxes' loop devices coming and going. Nothing
+// in a sandbox needs them (no udev runs there). Docker's profile allows
+// AF_NETLINK by an equality rule on the domain; that rule is narrowed to
+// the other protocols (routing, for ip(8) and getaddrinfo, keeps working)
+// and the uevent one refused explicitly, whatever the profile's default.
+const (
+	afNetlink     = unix.AF_NETLINK
+	netlinkUevent = unix.NETLINK_KOBJECT_UEVENT
+)
+
 // seccompProfile returns Docker's default profile for spec's capabilities
-// with deniedSyscalls removed from every other rule and refused with EPERM.
+// with deniedSyscalls removed from every other rule and refused with EPERM,
+// and uevent netlink sockets refused with EPERM.
 func seccompProfile(spec *specs.Spec) (*specs.LinuxSeccomp, error) {
 	p, err := seccomp.GetDefaultProfile(spec)
 	if err != nil {
@@ -67,10 +82,48 @@ func seccompProfile(spec *specs.Spec) (*specs.LinuxSeccomp, error) {
 		p.Architectures = p.Architectures[:1]
 	}
 	eperm := uint(unix.EPERM)
+	narrowed := false
+	for i, r := range rules {
+		if isNetlinkSocketRule(r) {
+			r.Args = append(slices.Clone(r.Args), specs.LinuxSeccompArg{Index: 2, Value: netlinkUevent, Op: specs.OpNotEqual})
+			rules[i] = r
+			narrowed = true
+		}
+	}
+	if !narrowed {
+		// The upstream profile changed shape: refuse to guess what it
+		// allows.
+		return nil, fmt.Errorf("building seccomp profile: no AF_NETLINK socket rule to narrow")
+	}
 	p.Syscalls = append(rules, specs.LinuxSyscall{
 		Names:    slices.Clone(deniedSyscalls),
 		Action:   specs.ActErrno,
 		ErrnoRet: &eperm,
+	}, specs.LinuxSyscall{
+		Names:  []string{"socket"},
+		Action: specs.ActErrno, ErrnoRet: &eperm,
+		Args: []specs.LinuxSeccompArg{
+			{Index: 0, Value: afNetlink, Op: specs.OpEqualTo},
+			{Index: 2, Value: netlinkUevent, Op: specs.OpEqualTo},
+		},
 	})
 	return p, nil
+}
+
+// isNetlinkSocketRule reports whether r is the profile's rule that allows
+// socket(AF_NETLINK, ...) whatever the protocol.
+func isNetlinkSocketRule(r specs.LinuxSyscall) bool {
+	if r.Action != specs.ActAllow || !slices.Equal(r.Names, []string{"socket"}) {
+		return false
+	}
+	domain := false
+	for _, a := range r.Args {
+		switch {
+		case a.Index == 0 && a.Op == specs.OpEqualTo && a.Value == afNetlink:
+			domain = true
+		case a.Index == 2:
+			return false // already about the protocol
+		}
+	}
+	return domain
 }
