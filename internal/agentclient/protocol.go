@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"regexp"
 	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 )
 
 // What an agent says is untrusted: root inside a sandbox can make its own
@@ -127,7 +127,7 @@ func finalStatus(s string) bool {
 
 // validSignal matches a signal's name as the agent reports it ("SIGKILL",
 // "SIGRTMIN+3").
-var validSignal = regexp.MustCompile(`^SIG[A-Z0-9+-]{1,12}$`)
+var validSignal = lazyregexp.New(`^SIG[A-Z0-9+-]{1,12}$`)
 
 // checkResult checks an exec's result and clips its error text. id is the
 // exec the result must be about.
