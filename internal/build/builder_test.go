@@ -203,7 +203,7 @@ func TestBuildBadInput(t *testing.T) {
 		{"failing-run", Request{Spec: "FROM debian:bookworm\nRUN echo about to fail; echo oops >&2; exit 3\n"}, false,
 			[]string{"step 1/1 (line 2) RUN echo about to fail", "exited with status 3", "about to fail", "oops"}},
 		{"run-wants-network", Request{Spec: "FROM debian:bookworm\nRUN python3 -c 'import socket; socket.getaddrinfo(\"deb.debian.org\", 80)'\n"}, false,
-			[]string{"exited with status 1", "no network yet"}},
+			[]string{"exited with status 1", "gives build sandboxes no network"}},
 		{"run-unknown-user", Request{Spec: "FROM debian:bookworm\nUSER nobody-here\nRUN true\n"}, false,
 			[]string{"step 2/2", "could not start", "nobody-here"}},
 		{"missing-copy-source", Request{Spec: "FROM debian:bookworm\nCOPY missing.txt /x\n", ContextPath: contextTar(t, map[string]string{"other": "1"})}, false,
