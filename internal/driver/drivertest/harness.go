@@ -2,7 +2,6 @@
 package drivertest
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -134,7 +133,12 @@ func (s *sandbox) destroy(t *testing.T) {
 // result is a finished exec with its output split by stream.
 type result struct {
 	agentproto.ExecResult
+	// Stdout and Stderr are what a reader keeps of the streams under the
+	// exec's cap (head and tail per stream, as the daemon's OutputLog);
+	// Streamed counts every output byte the agent sent, which past the cap
+	// includes paced samples of the tail.
 	Stdout, Stderr string
+	Streamed       int64
 }
 
 func (r result) String() string {
@@ -175,7 +179,7 @@ func (s *sandbox) run(ctx context.Context, req agentproto.ExecRequest) (result, 
 	}
 	defer st.Close()
 	var r result
-	var out, errb bytes.Buffer
+	kept := agentproto.NewOutputLog(req.MaxOutputBytes)
 	for {
 		ev, err := st.Next()
 		if errors.Is(err, io.EOF) {
@@ -186,18 +190,20 @@ func (s *sandbox) run(ctx context.Context, req agentproto.ExecRequest) (result, 
 		}
 		switch ev.Type {
 		case agentproto.EventOutput:
-			if ev.Stream == agentproto.StreamStderr {
-				errb.Write(ev.Data)
-			} else {
-				out.Write(ev.Data)
-			}
+			kept.Add(ev.Stream, ev.Offset, ev.Data)
+			r.Streamed += int64(len(ev.Data))
 		case agentproto.EventExit:
 			if ev.Result != nil {
 				r.ExecResult = *ev.Result
 			}
 		}
 	}
-	r.Stdout, r.Stderr = out.String(), errb.String()
+	out, _ := kept.Stream(agentproto.StreamStdout)
+	if pty, _ := kept.Stream(agentproto.StreamPTY); len(pty) > 0 {
+		out = append(out, pty...)
+	}
+	errb, _ := kept.Stream(agentproto.StreamStderr)
+	r.Stdout, r.Stderr = string(out), string(errb)
 	if r.Status == "" {
 		return r, fmt.Errorf("exec %q: %w", req.Shell, errNoExit)
 	}

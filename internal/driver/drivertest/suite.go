@@ -321,7 +321,13 @@ func testCPUQuota(t *testing.T, d driver.Driver, tmpl driver.Template) {
 func testOutputFlood(t *testing.T, d driver.Driver, tmpl driver.Template) {
 	s := create(t, d, tmpl, driver.Resources{})
 	const total, limit = 20_000_000, 1 << 20
+	start := time.Now()
 	r := s.exec(t, agentproto.ExecRequest{Argv: []string{"head", "-c", strconv.Itoa(total), "/dev/zero"}, MaxOutputBytes: limit, TimeoutMS: 60_000})
+	// Past the cap a follower gets paced samples of the tail: the cap
+	// plus at most FollowRate for the time it ran, never the flood.
+	if bound := int64(limit) + int64(time.Since(start).Seconds()*agentproto.FollowRate) + agentproto.DataChunk; r.Streamed > bound {
+		t.Errorf("the agent streamed %d bytes of a %d-byte flood, more than the cap and its pace allow (%d)", r.Streamed, total, bound)
+	}
 	if r.Status != agentproto.StatusExited || r.ExitCode != 0 {
 		t.Fatalf("flood: %v", r)
 	}
