@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/hostcheck"
+	"github.com/airlockhq/airlock/internal/mountinfo"
 	"github.com/airlockhq/airlock/internal/testutil"
 )
 
@@ -281,7 +282,7 @@ func statInUserNS(t *testing.T, root string, paths ...string) string {
 
 func assertMounted(t testing.TB, target, fstype string) {
 	t.Helper()
-	all, err := readMountinfo()
+	all, err := mountinfo.Read()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,7 @@ import (
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/lazyregexp"
+	"github.com/airlockhq/airlock/internal/mountinfo"
 	"github.com/airlockhq/airlock/internal/reaper"
 	"github.com/airlockhq/airlock/internal/storage"
 )
@@ -1242,15 +1243,12 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 // removeSandboxDir removes dir after checking that nothing is mounted at or
 // below it.
 func removeSandboxDir(dir string) error {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			return fmt.Errorf("%s is still mounted", f[4])
-		}
+	if m, ok := mountinfo.MountedUnder(mounts, dir); ok {
+		return fmt.Errorf("%s is still mounted", m.Target)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("removing sandbox dir: %w", err)
