@@ -147,7 +147,7 @@ func startAttached(t *testing.T, d *Driver, tmpl driver.Template, id string, att
 func newNetManager(t *testing.T, w *netWorld) *network.Manager {
 	t.Helper()
 	nm, err := network.New(network.Config{
-		StateDir:  filepath.Join(newDataDir(t), "network"),
+		StateDir:  filepath.Join(drivertest.DataDir(t, Name), "network"),
 		HostNetNS: w.host.Path(),
 		Upstream:  []string{nDNS + ":53"},
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -185,7 +185,7 @@ func TestNetworkAllowlist(t *testing.T) {
 	tmpl := drivertest.BaseTemplate(t)
 	w := newNetWorld(t)
 	nm := newNetManager(t, w)
-	d := newDriver(t, newDataDir(t))
+	d := newDriver(t, newHost(t))
 	const id = "sbx_gnetallow"
 	att := attach(t, nm, id, network.Policy{Mode: network.ModeAllowlist, Allow: []string{"allowed.test"}})
 	c := startAttached(t, d, tmpl, id, att)
@@ -246,7 +246,7 @@ func TestNetworkNoneInNamespace(t *testing.T) {
 	tmpl := drivertest.BaseTemplate(t)
 	w := newNetWorld(t)
 	nm := newNetManager(t, w)
-	d := newDriver(t, newDataDir(t))
+	d := newDriver(t, newHost(t))
 	const id = "sbx_gnetnone"
 	att := attach(t, nm, id, network.Policy{Mode: network.ModeNone})
 	c := startAttached(t, d, tmpl, id, att)
