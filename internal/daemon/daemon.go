@@ -42,7 +42,7 @@ import (
 	"github.com/airlockhq/airlock/internal/build"
 	"github.com/airlockhq/airlock/internal/cgroups"
 	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/driver/runc"
+	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/hostslot"
@@ -313,14 +313,14 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 		log.Info("base template ready", "version", t.Version)
 	}
 
-	drivers, rd, closeDrivers := newDrivers(cfg, agentPath, slot.Names, log)
+	drivers, closeDrivers := newDrivers(cfg, agentPath, slot.Names, log)
 	defer closeDrivers()
 
 	var buildNet build.NetworkFunc
-	if nm != nil && rd != nil {
+	if nm != nil {
 		buildNet = buildNetwork(nm, regs, &mgr)
 	}
-	bld, err := newBuilder(ctx, cfg, st, tmpl, rd, buildNet, log)
+	bld, err := newBuilder(ctx, st, tmpl, drivers, buildNet, log)
 	if err != nil {
 		return err
 	}
@@ -489,22 +489,16 @@ func buildNetwork(nm *network.Manager, regs map[string][]string, mgr *atomic.Poi
 	}
 }
 
-// newBuilder makes the template builder: build sandboxes run on the runc
-// driver (rd, nil when it is unavailable) and are captured from runc's
-// layout of the data dir.
-func newBuilder(ctx context.Context, cfg config.Config, st *store.Store, tmpl *template.Store, rd *runc.Driver, netFn build.NetworkFunc, log *slog.Logger) (*build.Builder, error) {
+// newBuilder makes the template builder. Build sandboxes run on the first
+// of drivers that captures layers (driver.LayerCapturer) and is healthy,
+// else on the first that captures layers at all: runc where it is
+// available, gvisor otherwise. Without one, RUN and COPY steps fail with a
+// message saying so.
+func newBuilder(ctx context.Context, st *store.Store, tmpl *template.Store, drivers []driver.Driver, netFn build.NetworkFunc, log *slog.Logger) (*build.Builder, error) {
 	bc := build.Config{Store: st, Templates: tmpl, Logger: log}
-	if rd != nil {
-		sandboxes := filepath.Join(cfg.DataDir, "sandboxes")
-		bc.Driver = rd
-		bc.UpperDir = runcUpperDir(sandboxes)
-		bc.Leftovers = func() ([]string, error) {
-			m, err := filepath.Glob(filepath.Join(sandboxes, build.BuildSandboxPrefix+"*"))
-			for i := range m {
-				m[i] = filepath.Base(m[i])
-			}
-			return m, err
-		}
+	if bd := buildDriver(ctx, drivers); bd != nil {
+		log.Info("template builds", "runtime", bd.Name())
+		bc.Driver = bd
 		// RUN steps reach the package registries (nil without sandbox
 		// networking: a RUN that downloads fails with a message saying so).
 		bc.Network = netFn
@@ -520,25 +514,23 @@ func newBuilder(ctx context.Context, cfg config.Config, st *store.Store, tmpl *t
 	return b, nil
 }
 
-// runcIDCount is the size of a runc sandbox's id range (the daemon gives
-// runc.Config this).
-const runcIDCount = hostslot.IDCount
-
-// runcUpperDir finds a runc sandbox's writable layer where internal/storage
-// puts it (<sandboxes>/<id>/storage/rw/upper). The rw mount is owned by the
-// sandbox's root, which gives the uid shift.
-func runcUpperDir(sandboxes string) build.UpperDirFunc {
-	return func(id string) (string, template.IDShift, error) {
-		rw := filepath.Join(sandboxes, id, "storage", "rw")
-		var st unix.Stat_t
-		if err := unix.Lstat(rw, &st); err != nil {
-			return "", template.IDShift{}, fmt.Errorf("build sandbox %s: %w", id, err)
+// buildDriver picks the driver of build sandboxes (see newBuilder), nil if
+// no driver captures layers.
+func buildDriver(ctx context.Context, drivers []driver.Driver) build.Driver {
+	var first build.Driver
+	for _, d := range drivers {
+		bd, ok := d.(build.Driver)
+		if !ok || !d.Capabilities().LayerCapture {
+			continue
 		}
-		if st.Uid == 0 {
-			return "", template.IDShift{}, fmt.Errorf("build sandbox %s: writable layer owned by root", id)
+		if d.Probe(ctx).State == driver.HealthHealthy {
+			return bd
 		}
-		return filepath.Join(rw, "upper"), template.IDShift{Base: st.Uid, Count: runcIDCount}, nil
+		if first == nil {
+			first = bd
+		}
 	}
+	return first
 }
 
 // serve runs the HTTP server on ln until ctx is done.
