@@ -166,7 +166,8 @@ func KeyFromRequest(r *http.Request) string {
 
 // Authenticate returns the principal of the key r presents, and takes a
 // token from that key's rate limit: a key over its limit gets a
-// *RateLimitError (class errdefs.ErrRateLimited), not its principal.
+// *RateLimitError (class errdefs.ErrRateLimited) inside an
+// *errdefs.Public with its Retry-After, not its principal.
 func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (Principal, error) {
 	secret := KeyFromRequest(r)
 	if secret == "" {

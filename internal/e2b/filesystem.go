@@ -435,8 +435,7 @@ func (s *filesystemService) RemoveWatcher(ctx context.Context, req *connect.Requ
 func (h *Handler) auditFile(ctx context.Context, t target, d api.FileAuditDetail, err error) {
 	d.OK = err == nil
 	if err != nil {
-		c, _ := classify(err)
-		d.Code = strconv.Itoa(c.status)
+		d.Code = strconv.Itoa(classify(err).E2BStatus)
 	}
 	h.m.AuditFileOp(ctx, t.p, t.id, d)
 }

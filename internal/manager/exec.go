@@ -45,11 +45,6 @@ const (
 	retainMaxBytes = 256 << 10
 )
 
-// ErrAgentUnavailable is the class of a call that a running sandbox's agent
-// did not answer (the API's agent_unavailable); it wraps
-// errdefs.ErrUnavailable.
-var ErrAgentUnavailable = fmt.Errorf("%w: sandbox agent", errdefs.ErrUnavailable)
-
 var (
 	userRE   = lazyregexp.New(`^[a-z_][a-z0-9_-]{0,31}$`)
 	signalRE = lazyregexp.New(`^(SIG)?[A-Z][A-Z0-9+-]{1,15}$|^[0-9]{1,2}$`)

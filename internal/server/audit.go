@@ -90,7 +90,7 @@ func (s *Server) auditFiles(op string, h handlerFunc) handlerFunc {
 			d.Recursive, _ = queryBool(r, "recursive")
 		}
 		if err != nil {
-			d.Code = classify(err).code
+			d.Code = classify(err).Code
 		}
 		s.m.AuditFileOp(r.Context(), p, r.PathValue("id"), d)
 		return err

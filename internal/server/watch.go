@@ -80,7 +80,7 @@ func (s *Server) fsWatch(w http.ResponseWriter, r *http.Request, p auth.Principa
 				if ctx.Err() == nil {
 					c := classify(b.err)
 					logFrom(r.Context()).Warn("watch failed", "sandbox_id", r.PathValue("id"), "err", b.err)
-					sw.event("error", "", errorBody(r, c.code, c.message))
+					sw.event("error", "", errorBody(r, c.Code, c.Message))
 				}
 				return nil
 			}
