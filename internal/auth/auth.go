@@ -207,6 +207,9 @@ func (a *Authenticator) Check(ctx context.Context, secret string) (Principal, er
 	return Principal{KeyID: k.ID, Tenant: k.Tenant, Admin: k.Admin, RateLimit: a.limitOf(k)}, nil
 }
 
+// Key is an API key's record (never its secret), as the key routes show it.
+type Key = store.Key
+
 // Created is a newly created key with its secret, shown once.
 type Created struct {
 	store.Key

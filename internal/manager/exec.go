@@ -55,8 +55,9 @@ type ExecOptions struct {
 	// StdinOpen keeps stdin open after the request's stdin for WriteStdin
 	// (async and streaming calls, PTYs).
 	StdinOpen bool
-	// PTYSize, when set with a PTY request, is the initial terminal size.
-	PTYSize *agentproto.PTYSize
+	// PTYSize, when set with a PTY request, is the initial terminal size
+	// (default 80×24).
+	PTYSize *PTYSize
 }
 
 // Exec is a started command. Its output and result are followed by a
@@ -185,8 +186,8 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 	areq.StdinOpen = opts.StdinOpen
 	if req.PTY {
 		areq.PTY = &agentproto.PTYSize{Cols: 80, Rows: 24}
-		if opts.PTYSize != nil {
-			areq.PTY = opts.PTYSize
+		if sz := opts.PTYSize; sz != nil {
+			areq.PTY = &agentproto.PTYSize{Cols: sz.Cols, Rows: sz.Rows}
 		}
 	}
 	// Environment: the sandbox's, then its secrets, then this call's.
@@ -781,9 +782,9 @@ func buildResult(rec store.Exec, output *agentproto.OutputLog, withOutput bool) 
 
 // Event is one item of an exec's event stream as the API sends it.
 type Event struct {
-	// Type is "output" or "exit".
+	// Type is EventOutput or EventExit.
 	Type string
-	// Stream is stdout, stderr or pty (output).
+	// Stream is StreamStdout, StreamStderr or StreamPTY (output).
 	Stream string
 	// Offset is the position of Data in the exec's combined output.
 	Offset int64
