@@ -613,17 +613,15 @@ func (t *execTracker) finish(res agentproto.ExecResult, code string) {
 			cancel()
 		}
 	}
-	// The effective cwd: the request's, else the user's default when it is
-	// already known; an unknown default is resolved below, after the
-	// waiters have their answer.
-	home, homeKnown := "", false
-	if t.rec.Cwd == "" {
-		home, homeKnown = sb.cachedHome(t.rec.User)
-	}
 	t.mu.Lock()
 	rec := t.rec
-	if homeKnown {
-		rec.Cwd = home
+	if rec.Cwd == "" {
+		// The effective cwd, which the agent chose (the user's home, or
+		// "/"): its result says it. An exec ended without the agent's
+		// result (a lost agent, a stopped sandbox), or by an agent of an
+		// older build, which says nothing, gets the one an earlier exec
+		// of its user ran in, if any.
+		rec.Cwd = sb.defaultCwd(rec.User, effectiveCwd(res.Cwd))
 	}
 	rec.Status = status
 	if code == "" {
@@ -677,22 +675,6 @@ func (t *execTracker) finish(res agentproto.ExecResult, code string) {
 	// tracker answers for the exec (findExec, ListExecs), and it is not
 	// evicted before. The manager's Close waits for it (goBackground).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), 30*time.Second)
-	if rec.Cwd == "" && status != api.ExecError && !sb.isGone() {
-		// First exec of this user without a cwd: ask the agent once (a
-		// sandbox that errored has no agent to ask).
-		if cwd := sb.defaultCwd(ctx, rec.User); cwd != "" {
-			rec.Cwd = cwd
-			t.mu.Lock()
-			t.rec.Cwd = cwd
-			if t.result != nil {
-				// A new copy: readers may hold the old one.
-				v := *t.result
-				v.Cwd = cwd
-				t.result = &v
-			}
-			t.mu.Unlock()
-		}
-	}
 	if err := m.store.FinishExec(ctx, rec, events); err != nil {
 		m.log.Error("recording exec result", "sandbox_id", sb.id, "exec_id", t.id, "err", err)
 	}
@@ -1033,6 +1015,39 @@ func piecesToChunks(ps []agentproto.OutputPiece) []chunk {
 		out[i] = chunk{stream: p.Stream, off: p.Off, data: p.Data}
 	}
 	return out
+}
+
+// defaultCwd returns the directory an exec of user without a cwd ran in:
+// cwd when the agent named it (remembered for the user's next execs), else
+// the one remembered, else "".
+func (sb *sandbox) defaultCwd(user, cwd string) string {
+	sb.homesMu.Lock()
+	defer sb.homesMu.Unlock()
+	if cwd == "" {
+		return sb.homes[user]
+	}
+	if sb.homes == nil {
+		sb.homes = map[string]string{}
+	}
+	if _, known := sb.homes[user]; known || len(sb.homes) < 64 { // users of one sandbox: a handful
+		sb.homes[user] = cwd
+	}
+	return cwd
+}
+
+// effectiveCwd is the cwd an agent's result names, if it is one a record
+// may hold (what the agent says is the sandbox's to forge): an absolute,
+// valid UTF-8 path without control characters, else "".
+func effectiveCwd(s string) string {
+	if !strings.HasPrefix(s, "/") || len(s) > 4096 || !utf8.ValidString(s) {
+		return ""
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return ""
+		}
+	}
+	return s
 }
 
 // agentText makes a text the agent sent fit for a record or an error

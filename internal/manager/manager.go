@@ -225,7 +225,8 @@ type sandbox struct {
 	// meter is the sandbox's metrics series and usage cursor (sampler.go).
 	meter meter
 
-	// homes caches each user's default exec directory (cwd.go).
+	// homes holds each user's default exec directory as the agent's exec
+	// results named it (defaultCwd).
 	homesMu sync.Mutex
 	homes   map[string]string
 
