@@ -256,7 +256,7 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 		msg := sb.red.redactString(agentText(refused.Message, 200))
 		end := m.now().UTC()
 		rec.Status, rec.EndedAt, rec.Error, rec.ErrorCode = api.ExecError, &end, msg, api.ExecCodeExecFailed
-		if ferr := m.store.FinishExec(context.WithoutCancel(ctx), rec, nil); ferr != nil {
+		if ferr := m.finishExec(context.WithoutCancel(ctx), sb, rec, nil); ferr != nil {
 			m.log.Warn("recording refused exec", "sandbox_id", sb.id, "exec_id", rec.ID, "err", ferr)
 		}
 		return nil, public(errInvalid, "%s", msg)
@@ -266,7 +266,7 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 		end := m.now().UTC()
 		rec.Status, rec.EndedAt, rec.Error = api.ExecError, &end, "could not start: agent unreachable"
 		rec.ErrorCode = api.ExecCodeAgentUnavailable
-		if ferr := m.store.FinishExec(context.WithoutCancel(ctx), rec, nil); ferr != nil {
+		if ferr := m.finishExec(context.WithoutCancel(ctx), sb, rec, nil); ferr != nil {
 			m.log.Warn("recording failed exec", "sandbox_id", sb.id, "exec_id", rec.ID, "err", ferr)
 		}
 		var pe *PublicError
@@ -675,7 +675,7 @@ func (t *execTracker) finish(res agentproto.ExecResult, code string) {
 	// tracker answers for the exec (findExec, ListExecs), and it is not
 	// evicted before. The manager's Close waits for it (goBackground).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), 30*time.Second)
-	if err := m.store.FinishExec(ctx, rec, events); err != nil {
+	if err := m.finishExec(ctx, sb, rec, events); err != nil {
 		m.log.Error("recording exec result", "sandbox_id", sb.id, "exec_id", t.id, "err", err)
 	}
 	cancel()
