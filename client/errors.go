@@ -40,7 +40,10 @@ var (
 // (it answers conflict today); the SDK knows it ahead.
 const codeAlreadyExists = "already_exists"
 
-// codeClass maps the API's stable error codes to classes.
+// codeClass maps the API's stable error codes to classes: the inverse of
+// the server's one table (internal/errdefs/edge, which this module cannot
+// import). A test there (TestSDKAgrees) fails when the two disagree on any
+// code the server sends.
 var codeClass = map[string]error{
 	api.CodeInvalidArgument:    ErrInvalidArgument,
 	api.CodeUnauthenticated:    ErrUnauthenticated,

@@ -15,7 +15,6 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -44,10 +43,6 @@ type Store struct {
 	createExec *sql.Stmt
 	finishExec *sql.Stmt
 	putOutput  *sql.Stmt
-
-	// execHook, when set, is told of every exec record FinishExec wrote
-	// (the audit trail's exec events).
-	execHook atomic.Pointer[func(Exec)]
 }
 
 // Open opens (creating if needed) the database at path and applies pending
