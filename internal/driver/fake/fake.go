@@ -1,11 +1,13 @@
-// Package managertest provides a fake driver for the manager's and server's tests: each sandbox is a real in-process agent over a socketpair, rooted in a temp dir.
+// Package fake is the driver of the tests above the drivers (manager, server, E2B planes): each sandbox is a real in-process agent over a socketpair, rooted in a temp dir, with no isolation at all (driver.IsolationNone).
 //
 // The fake stands in for the isolation only: exec and file operations run
 // through the real agent protocol and the real agent, on the host as the
 // test user (uid 1000 when the tests run as root). It survives a manager
 // "restart" the way a real runtime does, so recovery can be tested, and it
-// can simulate crashes, OOM kills and failures.
-package managertest
+// can simulate crashes, OOM kills and failures. It keeps the driver
+// contract the conformance suite checks where a driver without a boundary
+// can (internal/driver/drivertest, see fake_test.go).
+package fake
 
 import (
 	"context"
@@ -14,6 +16,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"time"
 
@@ -57,13 +60,17 @@ var (
 	_ driver.Driver = (*Driver)(nil)
 	_ driver.Pauser = (*Driver)(nil)
 	_ driver.Stater = (*Driver)(nil)
+	_ driver.Lister = (*Driver)(nil)
 )
+
+// validID matches the ids driver.Spec promises, as the real drivers check.
+var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 // New returns a fake driver named name whose sandboxes live under dir.
 func New(name, dir string) *Driver {
 	return &Driver{
 		name: name, dir: dir, sandboxes: map[string]*sbx{},
-		health:   driver.Health{State: driver.HealthHealthy},
+		health:   driver.Health{State: driver.HealthHealthy, Description: "fake driver: in-process agents, no isolation"},
 		netModes: []driver.NetworkMode{driver.NetworkNone},
 		specs:    map[string]driver.Spec{},
 	}
@@ -100,7 +107,7 @@ func (d *Driver) Name() string { return d.name }
 func (d *Driver) Capabilities() driver.Capabilities {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return driver.Capabilities{Isolation: driver.IsolationContainer, Pause: true, NetworkModes: append([]driver.NetworkMode(nil), d.netModes...),
+	return driver.Capabilities{Isolation: driver.IsolationNone, Pause: true, NetworkModes: append([]driver.NetworkMode(nil), d.netModes...),
 		InterfacesAtStart: d.atStart}
 }
 
@@ -133,8 +140,17 @@ func (d *Driver) FailNextStart(err error) {
 }
 
 // Create implements driver.Driver: a sandbox root with /etc/passwd, /etc/group
-// and /home/user, and an agent server for it.
+// and /home/user, and an agent server for it. The template's layers, when
+// it has any, must exist; their files are not used.
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) (*driver.Handle, error) {
+	if !validID.MatchString(spec.ID) {
+		return nil, errdefs.Wrap(errdefs.ErrInvalidArgument, "invalid sandbox id %q", spec.ID)
+	}
+	for _, l := range spec.Template.Layers {
+		if fi, err := os.Stat(l); err != nil || !fi.IsDir() {
+			return nil, errdefs.Wrap(errdefs.ErrNotFound, "template layer %q", l)
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.failCreate; err != nil {
@@ -176,6 +192,10 @@ func makeRoot(root string) error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
+	}
+	// As in a template: anyone may write to /tmp.
+	if err := os.Chmod(filepath.Join(root, "tmp"), 0o777|os.ModeSticky); err != nil {
+		return err
 	}
 	// uid 1000 must be able to reach its home inside the test's temp dirs.
 	for dir := home; dir != "/"; dir = filepath.Dir(dir) {
@@ -273,6 +293,9 @@ func (d *Driver) Destroy(ctx context.Context, id string) error {
 
 // Recover implements driver.Driver: the fake's sandboxes outlive managers.
 func (d *Driver) Recover(ctx context.Context, h *driver.Handle) error {
+	if h == nil {
+		return errdefs.Wrap(errdefs.ErrInvalidArgument, "nil handle")
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s, ok := d.sandboxes[h.ID]
@@ -282,13 +305,14 @@ func (d *Driver) Recover(ctx context.Context, h *driver.Handle) error {
 	return nil
 }
 
-// Inspect implements driver.Driver.
+// Inspect implements driver.Driver: a destroyed or never created sandbox
+// is not found.
 func (d *Driver) Inspect(ctx context.Context, id string) (driver.Status, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s, ok := d.sandboxes[id]
 	if !ok {
-		return driver.Status{State: driver.StateUnknown}, nil
+		return driver.Status{}, fmt.Errorf("%w: sandbox %s", errdefs.ErrNotFound, id)
 	}
 	return driver.Status{State: s.state, OOMKills: s.oom, ExitSignal: s.signal, Pid: 1}, nil
 }
@@ -388,6 +412,9 @@ func (d *Driver) AddOOMKill(id string) {
 // Root returns the host directory of sandbox id's files.
 func (d *Driver) Root(id string) string { return filepath.Join(d.dir, id) }
 
+// List implements driver.Lister.
+func (d *Driver) List(context.Context) ([]string, error) { return d.Live(), nil }
+
 // Live returns the ids the driver holds (created and not destroyed).
 func (d *Driver) Live() []string {
 	d.mu.Lock()
@@ -435,24 +462,4 @@ func socketPair() (net.Conn, net.Conn, error) {
 		conns[i] = c
 	}
 	return conns[0], conns[1], nil
-}
-
-// Templates is a fixed template catalogue.
-type Templates map[string][]driver.Template
-
-// Get implements manager.Templates.
-func (t Templates) Get(name string, version int) (driver.Template, error) {
-	vs := t[name]
-	if len(vs) == 0 {
-		return driver.Template{}, fmt.Errorf("%w: template %q", errdefs.ErrNotFound, name)
-	}
-	if version == 0 {
-		return vs[len(vs)-1], nil
-	}
-	for _, v := range vs {
-		if v.Version == version {
-			return v, nil
-		}
-	}
-	return driver.Template{}, fmt.Errorf("%w: template %s@%d", errdefs.ErrNotFound, name, version)
 }

@@ -1,4 +1,4 @@
-package runc
+package oci
 
 import (
 	"bytes"
@@ -18,22 +18,20 @@ import (
 	"github.com/airlockhq/airlock/internal/lazyregexp"
 )
 
-// runcCLI is a typed wrapper over the runc command line (after go-runc): one
-// method per subcommand, every call with the driver's --root.
-type runcCLI struct {
-	path string // runc binary
-	root string // runc state directory (--root)
-	// global are flags before every subcommand (Runtime.GlobalArgs).
+// CLI is a typed wrapper over the command line runc and runsc share (after
+// go-runc): one method per subcommand, every call with the runtime's
+// --root and global flags.
+type CLI struct {
+	path string // the runtime's binary
+	root string // its state directory (--root)
+	// global are flags before every subcommand (Config.GlobalArgs).
 	global []string
-	// netnsOf, when set, names the network namespace a container's
-	// subcommands must run in ("" for the caller's): runsc's control
-	// socket is an abstract unix socket, which exists only in the network
-	// namespace its sandbox was started in (Runtime.CommandsInNetNS).
-	netnsOf func(id string) string
+	// control runs a subcommand about a container (Runtime.Control).
+	control func(cmd *exec.Cmd, id string) error
 }
 
-// containerState is the JSON `runc state` prints.
-type containerState struct {
+// ContainerState is the JSON `runc state` (and `runsc state`) prints.
+type ContainerState struct {
 	ID      string    `json:"id"`
 	Pid     int       `json:"pid"`
 	Status  string    `json:"status"` // creating, created, running, paused, stopped
@@ -42,10 +40,13 @@ type containerState struct {
 	Created time.Time `json:"created"`
 }
 
-// command builds a runc invocation with a minimal environment: the
+// Path is the runtime's binary.
+func (r *CLI) Path() string { return r.path }
+
+// command builds a runtime invocation with a minimal environment: the
 // container's own environment comes from config.json, and nothing of the
-// daemon's (tokens, proxies) should reach runc or what it starts.
-func (r *runcCLI) command(ctx context.Context, args ...string) *exec.Cmd {
+// daemon's (tokens, proxies) should reach the runtime or what it starts.
+func (r *CLI) command(ctx context.Context, args ...string) *exec.Cmd {
 	all := append([]string{"--root", r.root}, r.global...)
 	cmd := exec.CommandContext(ctx, r.path, append(all, args...)...)
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -56,18 +57,15 @@ func (r *runcCLI) command(ctx context.Context, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// exec runs a short runc subcommand about container id and returns its
-// stdout. Only for subcommands that start no container: pipes are safe
-// there.
-func (r *runcCLI) exec(ctx context.Context, id string, args ...string) ([]byte, error) {
+// exec runs a short subcommand about container id and returns its stdout.
+// Only for subcommands that start no container: pipes are safe there.
+func (r *CLI) exec(ctx context.Context, id string, args ...string) ([]byte, error) {
 	cmd := r.command(ctx, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	run := cmd.Run
-	if r.netnsOf != nil {
-		if ns := r.netnsOf(id); ns != "" {
-			run = func() error { return runInNetNS(cmd, ns) }
-		}
+	if r.control != nil {
+		run = func() error { return r.control(cmd, id) }
 	}
 	if err := run(); err != nil {
 		return stdout.Bytes(), runcError(args[0], stderr.Bytes(), err)
@@ -75,27 +73,13 @@ func (r *runcCLI) exec(ctx context.Context, id string, args ...string) ([]byte, 
 	return stdout.Bytes(), nil
 }
 
-// runInNetNS runs cmd inside the network namespace at path, through
-// nsenter: a child process enters it, never a thread of the daemon (one
-// that changed namespaces may be the main thread, whose view /proc/self
-// shows to the whole daemon).
-func runInNetNS(cmd *exec.Cmd, path string) error {
-	nsenter, err := exec.LookPath("nsenter")
-	if err != nil {
-		return fmt.Errorf("entering network namespace: %w", err)
-	}
-	cmd.Args = append([]string{nsenter, "--net=" + path, "--", cmd.Path}, cmd.Args[1:]...)
-	cmd.Path = nsenter
-	return cmd.Run()
-}
-
 // run starts the container of the bundle in bundleDir, detached. runc's own
 // messages go to logPath (JSON lines); the container's stdout and stderr
 // go to stdio, which must be a file: a pipe would be held open by the
 // container for ever. The container's init gets extra as descriptors 3, 4…
-// (--preserve-fds). flags come before the subcommand. launch, when not
-// nil, runs the command in place of cmd.Run (Runtime.Launch).
-func (r *runcCLI) run(ctx context.Context, id, bundleDir, pidFile, logPath string, stdio *os.File, flags []string, launch func(*exec.Cmd) error, extra ...*os.File) error {
+// (--preserve-fds). flags come before the subcommand. launch runs the
+// command (Runtime.Launch).
+func (r *CLI) run(ctx context.Context, id, bundleDir, pidFile, logPath string, stdio *os.File, flags []string, launch func(*exec.Cmd) error, extra ...*os.File) error {
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
@@ -108,19 +92,16 @@ func (r *runcCLI) run(ctx context.Context, id, bundleDir, pidFile, logPath strin
 	cmd := r.command(ctx, append(args, id)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, stdio, stdio
 	cmd.ExtraFiles = extra
-	if launch == nil {
-		launch = (*exec.Cmd).Run
-	}
 	if err := launch(cmd); err != nil {
 		return runcError("run", lastLogError(logPath), err)
 	}
 	return nil
 }
 
-// exists reports whether the runtime has a record of container id, without
+// Exists reports whether the runtime has a record of container id, without
 // the cost of running it: runc keeps a directory per container, runsc a
 // state file per container of a sandbox (here one, of the same id).
-func (r *runcCLI) exists(id string) bool {
+func (r *CLI) Exists(id string) bool {
 	if _, err := os.Stat(filepath.Join(r.root, id)); err == nil {
 		return true
 	}
@@ -128,11 +109,11 @@ func (r *runcCLI) exists(id string) bool {
 	return err == nil
 }
 
-// state returns runc's view of container id; an error wrapping
-// errdefs.ErrNotFound if runc has no such container.
-func (r *runcCLI) state(ctx context.Context, id string) (containerState, error) {
-	var st containerState
-	if !r.exists(id) {
+// State returns the runtime's view of container id; an error wrapping
+// errdefs.ErrNotFound if it has no such container.
+func (r *CLI) State(ctx context.Context, id string) (ContainerState, error) {
+	var st ContainerState
+	if !r.Exists(id) {
 		return st, errdefs.Wrap(errdefs.ErrNotFound, "runc container %s", id)
 	}
 	out, err := r.exec(ctx, id, "state", id)
@@ -145,7 +126,7 @@ func (r *runcCLI) state(ctx context.Context, id string) (containerState, error) 
 	return st, nil
 }
 
-func (r *runcCLI) kill(ctx context.Context, id, sig string, all bool) error {
+func (r *CLI) Kill(ctx context.Context, id, sig string, all bool) error {
 	args := []string{"kill"}
 	if all {
 		args = append(args, "--all")
@@ -154,26 +135,26 @@ func (r *runcCLI) kill(ctx context.Context, id, sig string, all bool) error {
 	return err
 }
 
-func (r *runcCLI) delete(ctx context.Context, id string) error {
+func (r *CLI) Delete(ctx context.Context, id string) error {
 	_, err := r.exec(ctx, id, "delete", "--force", id)
 	return err
 }
 
-func (r *runcCLI) pause(ctx context.Context, id string) error {
+func (r *CLI) Pause(ctx context.Context, id string) error {
 	_, err := r.exec(ctx, id, "pause", id)
 	return err
 }
 
-func (r *runcCLI) resume(ctx context.Context, id string) error {
+func (r *CLI) Resume(ctx context.Context, id string) error {
 	_, err := r.exec(ctx, id, "resume", id)
 	return err
 }
 
 var versionRE = lazyregexp.New(`^\S+ version (\S+)`)
 
-// version returns the runtime's version ("1.1.5+ds1", runsc's
+// Version returns the runtime's version ("1.1.5+ds1", runsc's
 // "0.0~20221219.0").
-func (r *runcCLI) version(ctx context.Context) (string, error) {
+func (r *CLI) Version(ctx context.Context) (string, error) {
 	cmd := exec.CommandContext(ctx, r.path, "--version")
 	cmd.Env = []string{}
 	out, err := cmd.Output()

@@ -1,4 +1,4 @@
-package runc
+package oci
 
 import (
 	"encoding/json"
@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -21,7 +20,7 @@ const (
 	// agentFD is the agent's listening socket in the sandbox's init: runc
 	// passes the descriptors it preserves from 3 on.
 	agentFD = 3
-	// socketMountPath is where Runtime.ListenSocket mounts the sandbox's
+	// socketMountPath is where SharedDirSocket mounts the sandbox's
 	// socket dir: the agent's socket is the only thing in it.
 	socketMountPath = "/.airlock/run"
 	// resolvConfPath is where a joined network namespace's resolver
@@ -135,9 +134,10 @@ type bundleParams struct {
 	IDCount   uint32
 	Cgroup    string // cgroupsPath, "/airlock/<id>"
 	SysDir    string // host sysfs of a joined network namespace, "" for a fresh one
-	// SocketDir, when set, is the host directory mounted at socketMountPath
-	// where the agent makes its own listening socket (Runtime.ListenSocket).
-	SocketDir string
+	// AgentArgs is the agent's command line and SocketMounts what the
+	// agent's socket needs mounted (AgentSocket.bundle).
+	AgentArgs    []string
+	SocketMounts []specs.Mount
 }
 
 // buildSpec returns the OCI runtime spec of one sandbox.
@@ -170,9 +170,10 @@ func buildSpec(p bundleParams) (*specs.Spec, error) {
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
 			// The agent serves the socket the daemon made and runc
-			// passes (see bindAgentSocket): nothing of the host is
-			// writable from inside for it.
-			Args: agentArgs(p.SocketDir),
+			// passes (see bindAgentSocket), or its own in a socket dir
+			// (SharedDirSocket): nothing else of the host is writable
+			// from inside for it.
+			Args: p.AgentArgs,
 			Env:  []string{sandboxPath},
 			Cwd:  "/",
 			Capabilities: &specs.LinuxCapabilities{
@@ -217,10 +218,7 @@ func buildSpec(p bundleParams) (*specs.Spec, error) {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: resolvConfPath, Type: "bind", Source: p.Spec.ResolvConfPath,
 			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 	}
-	if p.SocketDir != "" {
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: socketMountPath, Type: "bind", Source: p.SocketDir,
-			Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
-	}
+	s.Mounts = append(s.Mounts, p.SocketMounts...)
 	if p.Spec.SecretsTmpfs {
 		// Memory, not the disk image: secret values never reach a disk.
 		// Sticky and world-writable so the manager can write the files as
@@ -235,15 +233,6 @@ func buildSpec(p bundleParams) (*specs.Spec, error) {
 	}
 	s.Linux.Seccomp = sc
 	return s, nil
-}
-
-// agentArgs is the agent's command line: it serves the socket runc passes
-// as agentFD, or, with a socket dir, listens on its own socket there.
-func agentArgs(socketDir string) []string {
-	if socketDir != "" {
-		return []string{agentMountPath, "--listen", "unix:" + socketMountPath + "/" + agentSockName}
-	}
-	return []string{agentMountPath, "--fd", strconv.Itoa(agentFD)}
 }
 
 // nofileLimit is RLIMIT_NOFILE of the sandbox: softNofile/maxNofile, each

@@ -1,4 +1,4 @@
-package runc
+package oci
 
 import (
 	"fmt"

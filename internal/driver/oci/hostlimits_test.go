@@ -1,9 +1,10 @@
-package runc
+package oci
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/cgroups"
 	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/driver/drivertest"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/storage"
 )
@@ -27,12 +29,12 @@ import (
 // but the sandbox's agent.
 func TestAgentSocket(t *testing.T) {
 	requireHost(t)
-	tmpl := baseTemplate(t)
+	tmpl := drivertest.BaseTemplate(t)
 	dataDir := newDataDir(t)
-	d := newDriver(t, dataDir)
+	d := newCore(t, dataDir)
 	id := "sbx_sock" + strconv.Itoa(os.Getpid())
-	c := started(t, d, driver.Spec{ID: id, Template: tmpl})
-	runDir := filepath.Join(d.dir(id), "run")
+	c := drivertest.Started(t, d, driver.Spec{ID: id, Template: tmpl})
+	runDir := filepath.Join(d.Dir(id), runDirName)
 	sock := filepath.Join(runDir, agentSockName)
 
 	var st unix.Stat_t
@@ -46,21 +48,21 @@ func TestAgentSocket(t *testing.T) {
 	// From inside, as root: no mount of the sandbox dir but the rootfs
 	// and the agent binary, nothing under /.airlock but the agent, and
 	// the agent's stdout and stderr (agent.log, on the host) not writable.
-	mi := output(t, c, "cat /proc/self/mountinfo")
+	mi := drivertest.Output(t, c, "cat /proc/self/mountinfo")
 	for _, line := range strings.Split(mi, "\n") {
 		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[3], d.dir(id)+"/") && f[3] != filepath.Join(d.dir(id), "rootfs") {
+		if len(f) > 4 && strings.HasPrefix(f[3], d.Dir(id)+"/") && f[3] != filepath.Join(d.Dir(id), "rootfs") {
 			t.Errorf("a host path of the sandbox dir is mounted inside: %s", line)
 		}
 	}
-	if got := output(t, c, "ls -A /.airlock"); got != "airlock-agent\n" {
+	if got := drivertest.Output(t, c, "ls -A /.airlock"); got != "airlock-agent\n" {
 		t.Errorf("/.airlock holds %q", got)
 	}
-	before, _ := os.Stat(filepath.Join(d.dir(id), "agent.log"))
-	if got := output(t, c, "for f in 1 2; do echo attack >> /proc/1/fd/$f && echo wrote; done 2>/dev/null; echo done"); got != "done\n" {
+	before, _ := os.Stat(filepath.Join(d.Dir(id), "agent.log"))
+	if got := drivertest.Output(t, c, "for f in 1 2; do echo attack >> /proc/1/fd/$f && echo wrote; done 2>/dev/null; echo done"); got != "done\n" {
 		t.Errorf("root inside writes to the agent's log: %q", got)
 	}
-	if after, err := os.Stat(filepath.Join(d.dir(id), "agent.log")); err != nil || (before != nil && after.Size() > before.Size()) {
+	if after, err := os.Stat(filepath.Join(d.Dir(id), "agent.log")); err != nil || (before != nil && after.Size() > before.Size()) {
 		t.Errorf("agent.log grew from inside: %v", err)
 	}
 
@@ -141,8 +143,8 @@ func TestAgentSocket(t *testing.T) {
 // log was a file in the sandbox dir that took whatever was written.)
 func TestAgentLogBounded(t *testing.T) {
 	requireHost(t)
-	tmpl := baseTemplate(t)
-	d := newDriver(t, newDataDir(t))
+	tmpl := drivertest.BaseTemplate(t)
+	d := newCore(t, newDataDir(t))
 	const quotaMB = 16
 	for _, tc := range []struct {
 		name  string
@@ -150,22 +152,22 @@ func TestAgentLogBounded(t *testing.T) {
 	}{{"ext4", false}, {"tmpfs", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "sbx_log" + tc.name + strconv.Itoa(os.Getpid())
-			c := started(t, d, driver.Spec{ID: id, Template: tmpl,
+			c := drivertest.Started(t, d, driver.Spec{ID: id, Template: tmpl,
 				Resources: driver.Resources{DiskMB: quotaMB, DiskTmpfs: tc.tmpfs}})
-			st, err := loadState(d.dir(id))
+			st, err := d.LoadState(id)
 			if err != nil {
 				t.Fatal(err)
 			}
-			priv, err := storage.PrivateDir(d.dir(id))
+			priv, err := storage.PrivateDir(d.Dir(id))
 			if err != nil {
 				t.Fatal(err)
 			}
 			logPath := filepath.Join(priv, agentLogName)
-			if got, err := filepath.EvalSymlinks(filepath.Join(d.dir(id), agentLogName)); err != nil || got != logPath {
-				t.Errorf("%s/agent.log leads to %q (%v), want %s", d.dir(id), got, err, logPath)
+			if got, err := filepath.EvalSymlinks(filepath.Join(d.Dir(id), agentLogName)); err != nil || got != logPath {
+				t.Errorf("%s/agent.log leads to %q (%v), want %s", d.Dir(id), got, err, logPath)
 			}
 			var sfsBefore unix.Statfs_t
-			if err := unix.Statfs(d.dir(id), &sfsBefore); err != nil {
+			if err := unix.Statfs(d.Dir(id), &sfsBefore); err != nil {
 				t.Fatal(err)
 			}
 			f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/2", st.Pid), os.O_WRONLY|os.O_APPEND, 0)
@@ -195,7 +197,7 @@ func TestAgentLogBounded(t *testing.T) {
 				t.Errorf("agent log is %d bytes (%v), past the %d MiB quota", li.Size, err, quotaMB)
 			}
 			var sfsAfter unix.Statfs_t
-			if err := unix.Statfs(d.dir(id), &sfsAfter); err != nil {
+			if err := unix.Statfs(d.Dir(id), &sfsAfter); err != nil {
 				t.Fatal(err)
 			}
 			// Other tests may write meanwhile: only growth beyond the
@@ -203,7 +205,7 @@ func TestAgentLogBounded(t *testing.T) {
 			if grew := (int64(sfsBefore.Bavail) - int64(sfsAfter.Bavail)) * sfsAfter.Bsize; grew > 2*quotaMB<<20 {
 				t.Errorf("the data dir's file system lost %d MiB while a %d MiB sandbox's log was written", grew>>20, quotaMB)
 			}
-			if out := output(t, c, "find / -xdev -name agent.log 2>/dev/null; echo done"); out != "done\n" {
+			if out := drivertest.Output(t, c, "find / -xdev -name agent.log 2>/dev/null; echo done"); out != "done\n" {
 				t.Errorf("the agent's log is visible inside: %q", out)
 			}
 			if err := c.Ping(context.Background()); err != nil {
@@ -217,11 +219,11 @@ func TestAgentLogBounded(t *testing.T) {
 // select(2) can handle and may raise it to the hard limit, not beyond.
 func TestSandboxRlimits(t *testing.T) {
 	requireHost(t)
-	tmpl := baseTemplate(t)
-	d := newDriver(t, newDataDir(t))
-	c := started(t, d, driver.Spec{ID: "sbx_rlim" + strconv.Itoa(os.Getpid()), Template: tmpl})
+	tmpl := drivertest.BaseTemplate(t)
+	d := newCore(t, newDataDir(t))
+	c := drivertest.Started(t, d, driver.Spec{ID: "sbx_rlim" + strconv.Itoa(os.Getpid()), Template: tmpl})
 	want := nofileLimit()
-	got := strings.Fields(output(t, c, "ulimit -Sn; ulimit -Hn; ulimit -Sn "+strconv.FormatUint(want.Hard, 10)+" && echo raised; ulimit -Hn "+strconv.FormatUint(want.Hard+1, 10)+" 2>/dev/null || echo capped"))
+	got := strings.Fields(drivertest.Output(t, c, "ulimit -Sn; ulimit -Hn; ulimit -Sn "+strconv.FormatUint(want.Hard, 10)+" && echo raised; ulimit -Hn "+strconv.FormatUint(want.Hard+1, 10)+" 2>/dev/null || echo capped"))
 	if len(got) != 4 || got[0] != strconv.FormatUint(want.Soft, 10) || got[1] != strconv.FormatUint(want.Hard, 10) || got[2] != "raised" || got[3] != "capped" {
 		t.Errorf("open file limits inside: %q, want soft %d, hard %d, raisable to hard only", got, want.Soft, want.Hard)
 	}
@@ -256,11 +258,9 @@ func TestHostLimits(t *testing.T) {
 			parent := "airlock-test-limits-" + strconv.Itoa(os.Getpid())
 			g := h.Group(parent)
 			t.Cleanup(func() { g.Remove(context.Background()) })
-			d, err := New(Config{DataDir: newDataDir(t), AgentPath: "/bin/true", CgroupParent: parent, HostPIDs: tc.pids, Logger: discardLogger()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
+			cfg := testConfig(newDataDir(t))
+			cfg.AgentPath, cfg.CgroupParent, cfg.HostPIDs = "/bin/true", parent, tc.pids
+			newTestCore(t, cfg)
 			if n, err := g.PIDsMax(); err != nil || n != tc.want {
 				t.Errorf("pids.max of %s = %d, %v; want %d", parent, n, err, tc.want)
 			}
@@ -314,7 +314,7 @@ func TestAdmitDisk(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := &Driver{cfg: Config{DiskReserveMB: tc.reserve}, sbxRoot: t.TempDir(), statfs: fakeDisk(tc.size, tc.free), diskPending: map[string]int64{}}
+			d := &Core{cfg: Config{DiskReserveMB: tc.reserve}, sbxRoot: t.TempDir(), statfs: fakeDisk(tc.size, tc.free), diskPending: map[string]int64{}}
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			admitted := 0
@@ -357,9 +357,9 @@ func TestAdmitDisk(t *testing.T) {
 // ErrCapacityExhausted and leaves nothing behind.
 func TestDiskAdmission(t *testing.T) {
 	requireHost(t)
-	tmpl := baseTemplate(t)
+	tmpl := drivertest.BaseTemplate(t)
 	dataDir := newDataDir(t)
-	d := newDriver(t, dataDir)
+	d := newCore(t, dataDir)
 	snap := hostcheckTake(t, dataDir)
 	// 4 GiB free on a 10 GiB file system: 3 GiB can be promised.
 	d.statfs = fakeDisk(10<<30, 4<<30)
@@ -383,7 +383,7 @@ func TestDiskAdmission(t *testing.T) {
 	if err := create("b", 1536); !errors.Is(err, errdefs.ErrCapacityExhausted) {
 		t.Fatalf("create over the promised space = %v, want capacity exhausted", err)
 	}
-	if _, err := os.Stat(d.dir("sbx_diskb" + strconv.Itoa(os.Getpid()))); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(d.Dir("sbx_diskb" + strconv.Itoa(os.Getpid()))); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("refused sandbox left its dir: %v", err)
 	}
 	if err := create("c", 512); err != nil {
@@ -414,12 +414,82 @@ func BenchmarkAdmitDisk(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	d := &Driver{sbxRoot: root, statfs: unix.Statfs, diskPending: map[string]int64{}}
+	d := &Core{sbxRoot: root, statfs: unix.Statfs, diskPending: map[string]int64{}}
 	for b.Loop() {
 		release, err := d.admitDisk("sbx_new", driver.Resources{DiskMB: 1})
 		if err != nil {
 			b.Fatal(err)
 		}
 		release()
+	}
+}
+
+// TestDestroyHalfCreated: Destroy cleans a sandbox that Create left half
+// way (a crash after storage was mounted, before any state was written),
+// knowing only its id, and frees its uid slot.
+func TestDestroyHalfCreated(t *testing.T) {
+	requireHost(t)
+	tmpl := drivertest.BaseTemplate(t)
+	dataDir := newDataDir(t)
+	d := newCore(t, dataDir)
+	snap := hostcheckTake(t, dataDir)
+	ctx := context.Background()
+	id := "sbx_half" + strconv.Itoa(os.Getpid())
+	slot, err := d.slots.alloc(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := d.Dir(id)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	base := d.cfg.UIDRangeStart + uint32(slot)*d.cfg.IDCount
+	if _, err := storage.Setup(ctx, storage.Options{Dir: dir, Layers: tmpl.Layers, UIDBase: base, IDCount: d.cfg.IDCount, SizeMB: 64}); err != nil {
+		t.Fatal(err)
+	}
+	// A new driver instance, as after the crash.
+	d2 := newCore(t, dataDir)
+	if err := d2.Destroy(ctx, id); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("sandbox dir left: %v", err)
+	}
+	if n := d2.slots.find(id); n != -1 {
+		t.Errorf("slot %d still held", n)
+	}
+	snap.AssertNoLeaks(t)
+}
+
+// TestLegacyAgentLogCap: the agent.log of a sandbox an earlier daemon made
+// (a regular file in its dir, on the data dir's file system) is truncated
+// past legacyLogMax; the symlink to today's log is left alone.
+func TestLegacyAgentLogCap(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, agentLogName)
+	if err := os.WriteFile(p, make([]byte, legacyLogMax+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := &Core{log: slog.New(slog.DiscardHandler)}
+	d.capLegacyLog(dir)
+	if fi, err := os.Stat(p); err != nil || fi.Size() != 0 {
+		t.Fatalf("log after cap: %v, %v", fi.Size(), err)
+	}
+	os.WriteFile(p, []byte("small"), 0o600)
+	d.capLegacyLog(dir)
+	if b, _ := os.ReadFile(p); string(b) != "small" {
+		t.Fatalf("small log changed: %q", b)
+	}
+	target := filepath.Join(dir, "target")
+	if err := os.WriteFile(target, make([]byte, legacyLogMax+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(p)
+	if err := os.Symlink("target", p); err != nil {
+		t.Fatal(err)
+	}
+	d.capLegacyLog(dir)
+	if fi, err := os.Stat(target); err != nil || fi.Size() != legacyLogMax+1 {
+		t.Fatalf("the symlink's target was truncated: %v, %v", fi.Size(), err)
 	}
 }

@@ -1,4 +1,4 @@
-package runc
+package oci
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
@@ -105,7 +106,7 @@ func TestStateRoundTrip(t *testing.T) {
 	if _, err := loadState(dir); !errdefs.IsNotFound(err) {
 		t.Fatalf("loadState of an empty dir = %v", err)
 	}
-	st := &sandboxState{ID: "sbx_1", Slot: 2, UIDBase: 3 << 16, IDCount: 65536, Dir: dir, Cgroup: "/airlock/sbx_1", Started: true, Pid: 42,
+	st := &State{ID: "sbx_1", Slot: 2, UIDBase: 3 << 16, IDCount: 65536, Dir: dir, Cgroup: "/airlock/sbx_1", Started: true, Pid: 42,
 		RunArgs: []string{"--network=none"}}
 	if err := st.save(); err != nil {
 		t.Fatal(err)
@@ -114,9 +115,17 @@ func TestStateRoundTrip(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, st) {
 		t.Fatalf("loadState = %+v, %v", got, err)
 	}
-	h, err := st.handle(Name)
-	if err != nil || h.ID != "sbx_1" || h.Driver != Name || h.Version != stateVersion || len(h.State) == 0 {
+	h, err := st.handle("runc")
+	if err != nil || h.ID != "sbx_1" || h.Driver != "runc" || h.Version != StateVersion || len(h.State) == 0 {
 		t.Fatalf("handle = %+v, %v", h, err)
+	}
+	if err := checkHandle(h, "runc"); err != nil {
+		t.Errorf("checkHandle of the driver's own handle: %v", err)
+	}
+	for _, bad := range []*driver.Handle{nil, {ID: "sbx_1", Driver: "gvisor"}, {ID: "sbx_1", Driver: "runc", Version: StateVersion + 1}, {ID: "../x", Driver: "runc"}} {
+		if err := checkHandle(bad, "runc"); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("checkHandle(%+v) = %v, want invalid argument", bad, err)
+		}
 	}
 	if _, err := os.Stat(stateFile(dir) + ".tmp"); !os.IsNotExist(err) {
 		t.Error("temp file left behind")
@@ -174,11 +183,18 @@ func TestLastLogError(t *testing.T) {
 }
 
 func TestNewValidation(t *testing.T) {
-	if _, err := New(Config{DataDir: "relative"}); !errdefs.IsInvalidArgument(err) {
+	rt := &testDriver{}
+	if _, err := New(Config{Name: "runc", Binary: "runc", DataDir: "relative"}, rt); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("relative data dir: %v", err)
 	}
-	if _, err := New(Config{DataDir: "/x", UIDRangeStart: 1 << 31, MaxSandboxes: 1 << 16}); !errdefs.IsInvalidArgument(err) {
+	if _, err := New(Config{Name: "runc", Binary: "runc", DataDir: "/x", UIDRangeStart: 1 << 31, MaxSandboxes: 1 << 16}, rt); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("uid overflow: %v", err)
+	}
+	if _, err := New(Config{DataDir: "/x"}, rt); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("no name nor binary: %v", err)
+	}
+	if _, err := New(Config{Name: "runc", Binary: "runc", DataDir: "/x"}, nil); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("no runtime: %v", err)
 	}
 }
 

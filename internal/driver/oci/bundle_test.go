@@ -1,4 +1,4 @@
-package runc
+package oci
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 )
 
 func testParams(res driver.Resources, netns string) bundleParams {
+	args, _ := InheritedSocket{}.bundle("/data/sandboxes/sbx_x")
 	var sysDir string
 	if netns != "" {
 		sysDir = "/data/sandboxes/sbx_x/sys"
@@ -22,6 +23,7 @@ func testParams(res driver.Resources, netns string) bundleParams {
 		Spec:   driver.Spec{ID: "sbx_x", Hostname: "h1", Resources: res, NetNSPath: netns},
 		Rootfs: "/data/sandboxes/sbx_x/rootfs", AgentPath: "/data/bin/airlock-agent",
 		UIDBase: 1 << 20, IDCount: 65536, Cgroup: "/airlock/sbx_x",
+		AgentArgs: args,
 	}
 }
 

@@ -1,4 +1,4 @@
-package runc
+package oci
 
 import (
 	"context"
@@ -8,26 +8,78 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/airlockhq/airlock/internal/cgroups"
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
-// The agent's connection. The daemon makes the agent's unix socket itself,
-// at <sandbox>/run/agent.sock: run/ is root's, mode 0700, and never mounted
-// into the sandbox, so nothing inside can reach, replace or symlink the
-// socket file. Start hands the bound socket to the sandbox's init (runc
-// --preserve-fds, descriptor agentFD), the agent listens on it and keeps it
-// for its whole life, so a restarted daemon reconnects to the same path.
-// DialAgent then checks that whoever answers is the sandbox's agent: the
-// kernel reports the credentials of the process that called listen(2)
-// (SO_PEERCRED), which must be the sandbox's init, root of its user
-// namespace.
+// AgentSocket is how the daemon reaches a sandbox's agent: a unix socket on
+// the host, in a directory of the sandbox's, whose peer DialAgent checks
+// before it hands out a connection. InheritedSocket and SharedDirSocket
+// are the two ways; a driver names its one in Config.Socket.
+type AgentSocket interface {
+	// prepare makes what the socket needs in the dir of a new sandbox
+	// whose root is host uid (after its storage: the storage teardown
+	// unmounts what is mounted here).
+	prepare(dir string, uid uint32) error
+	// bundle returns the agent's command line and the mounts the bundle
+	// needs for the socket.
+	bundle(dir string) (args []string, mounts []specs.Mount)
+	// start readies the socket before init runs and returns the files
+	// init inherits (descriptors 3, 4…), which the caller closes.
+	start(dir string, uid uint32) ([]*os.File, error)
+	// dial connects once to the agent of the sandbox st, whose init runs
+	// as initPid (0 if unknown) in cgroup g. It returns errNotListening
+	// while nobody listens.
+	dial(ctx context.Context, st *State, initPid int, g *cgroups.Group) (net.Conn, error)
+}
 
-// agentSockName is the agent's socket in the sandbox's run dir.
+// InheritedSocket is the daemon's own socket, inherited by init (runc). The
+// daemon makes the agent's unix socket itself, at <sandbox>/run/agent.sock:
+// run/ is root's, mode 0700, and never mounted into the sandbox, so nothing
+// inside can reach, replace or symlink the socket file. Start hands the
+// bound socket to the sandbox's init (runc --preserve-fds, descriptor
+// agentFD), the agent listens on it and keeps it for its whole life, so a
+// restarted daemon reconnects to the same path. DialAgent then checks that
+// whoever answers is the sandbox's agent: the kernel reports the
+// credentials of the process that called listen(2) (SO_PEERCRED), which
+// must be the sandbox's init, root of its user namespace.
+type InheritedSocket struct{}
+
+// runDirName is InheritedSocket's directory in a sandbox dir.
+const runDirName = "run"
+
+func (InheritedSocket) prepare(dir string, _ uint32) error {
+	// Root's, and it stays on the host: the umask cannot widen 0700.
+	if err := os.Mkdir(filepath.Join(dir, runDirName), 0o700); err != nil {
+		return fmt.Errorf("creating agent run dir: %w", err)
+	}
+	return nil
+}
+
+func (InheritedSocket) bundle(string) ([]string, []specs.Mount) {
+	return []string{agentMountPath, "--fd", strconv.Itoa(agentFD)}, nil
+}
+
+func (InheritedSocket) start(dir string, _ uint32) ([]*os.File, error) {
+	// A fresh socket for every start: the one of an earlier init died
+	// with it.
+	sock, err := bindAgentSocket(filepath.Join(dir, runDirName))
+	if err != nil {
+		return nil, err
+	}
+	return []*os.File{sock}, nil
+}
+
+func (InheritedSocket) dial(ctx context.Context, st *State, initPid int, _ *cgroups.Group) (net.Conn, error) {
+	return dialAgentSocket(ctx, filepath.Join(st.Dir, runDirName), peer{uid: st.UIDBase, pid: initPid})
+}
+
+// agentSockName is the agent's socket in the sandbox's socket dir.
 const agentSockName = "agent.sock"
 
 // errNotListening means the agent has not listened on its socket yet (or
@@ -68,9 +120,9 @@ func bindAgentSocket(dir string) (*os.File, error) {
 type peer struct {
 	uid uint32 // host uid of the sandbox's root (its uid base); gid likewise
 	pid int    // host pid of its init, 0 if unknown
-	// cgroup, if set, must hold the peer's pid: with Runtime.ListenSocket
-	// the host side of the socket belongs to the runtime's file proxy
-	// (runsc's gofer), a process of the sandbox but not its init.
+	// cgroup, if set, must hold the peer's pid: with SharedDirSocket the
+	// host side of the socket belongs to the runtime's file proxy (runsc's
+	// gofer), a process of the sandbox but not its init.
 	cgroup *cgroups.Group
 }
 
@@ -148,28 +200,56 @@ func checkPeer(conn net.Conn, want peer) error {
 	return nil
 }
 
-// The agent socket of Runtime.ListenSocket. runsc cannot hand init a socket
-// the daemon bound (it has no --preserve-fds), so the agent listens itself,
-// at socketMountPath/agent.sock inside the sandbox, a bind mount of the
-// host directory <sandbox>/uds: runsc (--host-uds) then makes a real host
-// socket there, which a restarted daemon reconnects to. The directory is a
-// 16 KiB tmpfs (so no way around the disk quota), the sandbox root's (its
-// uid base), mode 0700, mounted into no other sandbox, so no other sandbox
-// can reach it, and handed to host root once the agent listens
-// (sealSocketDir);
-// a symlink or anything but a socket there is refused (dialAgentSocket); DialAgent checks that the peer
-// runs as this sandbox's uid base and is a process of its cgroup.
+// SharedDirSocket is the agent's own socket, in a directory shared with
+// the host (runsc). runsc cannot hand init a socket the daemon bound (it
+// has no --preserve-fds), so the agent listens itself, at
+// socketMountPath/agent.sock inside the sandbox, a bind mount of the host
+// directory <sandbox>/uds: runsc (--host-uds) then makes a real host socket
+// there, which a restarted daemon reconnects to. The directory is a 16 KiB
+// tmpfs (so no way around the disk quota), the sandbox root's (its uid
+// base), mode 0700, mounted into no other sandbox, so no other sandbox can
+// reach it, and handed to host root once the agent listens
+// (sealSocketDir); a symlink or anything but a socket there is refused
+// (dialAgentSocket); DialAgent checks that the peer runs as this
+// sandbox's uid base and is a process of its cgroup.
+type SharedDirSocket struct{}
 
 // socketDirName is the host directory of the agent's own socket.
 const socketDirName = "uds"
 
-// socketDir returns the socket dir of the sandbox in dir, "" if the
-// runtime gets the daemon's socket instead.
-func (d *Driver) socketDir(dir string) string {
-	if !d.cfg.Runtime.ListenSocket {
-		return ""
+func (SharedDirSocket) prepare(dir string, uid uint32) error {
+	return makeSocketDir(filepath.Join(dir, socketDirName), uid)
+}
+
+func (SharedDirSocket) bundle(dir string) ([]string, []specs.Mount) {
+	return []string{agentMountPath, "--listen", "unix:" + socketMountPath + "/" + agentSockName},
+		[]specs.Mount{{Destination: socketMountPath, Type: "bind", Source: filepath.Join(dir, socketDirName),
+			Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}}}
+}
+
+func (SharedDirSocket) start(dir string, uid uint32) ([]*os.File, error) {
+	// The agent makes its own socket; an earlier one died with the
+	// earlier init and would only answer "refused".
+	sd := filepath.Join(dir, socketDirName)
+	if err := sealSocketDir(sd, uid, false); err != nil {
+		return nil, err
 	}
-	return filepath.Join(dir, socketDirName)
+	return nil, removeStaleSocket(sd)
+}
+
+func (SharedDirSocket) dial(ctx context.Context, st *State, _ int, g *cgroups.Group) (net.Conn, error) {
+	// The runtime's file proxy, not init, listens on the host side: the
+	// peer must be a process of the sandbox's cgroup.
+	sd := filepath.Join(st.Dir, socketDirName)
+	conn, err := dialAgentSocket(ctx, sd, peer{uid: st.UIDBase, cgroup: g})
+	if err != nil {
+		return nil, err
+	}
+	if err := sealSocketDir(sd, st.UIDBase, true); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 // socketDirSize bounds the socket dir's tmpfs: while the agent starts the
@@ -231,35 +311,6 @@ func removeStaleSocket(dir string) error {
 	defer unix.Close(dfd)
 	if err := unix.Unlinkat(dfd, agentSockName, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("removing stale agent socket: %w", err)
-	}
-	return nil
-}
-
-// inCgroup reports whether pid is a process of g.
-func inCgroup(g *cgroups.Group, pid int) bool {
-	for _, p := range cgroupPIDs(g) {
-		if p == pid {
-			return true
-		}
-	}
-	return false
-}
-
-// cgroupPIDs lists the processes of g, read from its first hierarchy that
-// has a cgroup.procs file (every hierarchy holds the same processes).
-func cgroupPIDs(g *cgroups.Group) []int {
-	for _, dir := range g.Dirs() {
-		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-		if err != nil {
-			continue
-		}
-		var pids []int
-		for _, f := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(f); err == nil && n > 0 {
-				pids = append(pids, n)
-			}
-		}
-		return pids
 	}
 	return nil
 }

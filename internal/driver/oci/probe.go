@@ -1,4 +1,4 @@
-package runc
+package oci
 
 import (
 	"context"
@@ -14,24 +14,25 @@ import (
 	"github.com/airlockhq/airlock/internal/idmap"
 )
 
-// Probe checks that this host can run runc sandboxes now: root, the runc
-// binary, the agent, cgroup controllers for the limits, user namespaces and
-// idmapped mounts.
-func (d *Driver) Probe(ctx context.Context) driver.Health {
-	bin := filepath.Base(d.runc.path)
+// ProbeHost checks that this host can run the driver's sandboxes now:
+// root, the runtime's binary, the agent, cgroup controllers for the limits,
+// user namespaces and idmapped mounts. A driver's Probe adds its runtime's
+// own checks.
+func (c *Core) ProbeHost(ctx context.Context) driver.Health {
+	bin := filepath.Base(c.cli.path)
 	if os.Geteuid() != 0 {
-		return driver.Health{State: driver.HealthUndetected, Description: "the " + d.rtName() + " driver needs root"}
+		return driver.Health{State: driver.HealthUndetected, Description: "the " + c.cfg.Name + " driver needs root"}
 	}
-	if _, err := os.Stat(d.runc.path); err != nil {
-		return driver.Health{State: driver.HealthUndetected, Description: bin + " not found at " + d.runc.path + " (install the Debian package " + bin + ")"}
+	if _, err := os.Stat(c.cli.path); err != nil {
+		return driver.Health{State: driver.HealthUndetected, Description: bin + " not found at " + c.cli.path + " (install the Debian package " + bin + ")"}
 	}
-	ver, err := d.runc.version(ctx)
+	ver, err := c.cli.Version(ctx)
 	if err != nil {
 		return driver.Health{State: driver.HealthUnhealthy, Description: err.Error()}
 	}
 	var problems []string
-	if d.agentErr != nil {
-		problems = append(problems, "no agent binary: "+d.agentErr.Error())
+	if c.agentErr != nil {
+		problems = append(problems, "no agent binary: "+c.agentErr.Error())
 	}
 	h, err := cgroups.Load()
 	if err != nil {
@@ -53,7 +54,7 @@ func (d *Driver) Probe(ctx context.Context) driver.Health {
 			problems = append(problems, fmt.Sprintf("cgroup (%s) controllers missing: %s", h.Mode(), strings.Join(missing, ", ")))
 		}
 	}
-	if err := probeIDMap(d.cfg.DataDir, d.cfg.UIDRangeStart, d.cfg.IDCount); err != nil {
+	if err := probeIDMap(c.cfg.DataDir, c.cfg.UIDRangeStart, c.cfg.IDCount); err != nil {
 		problems = append(problems, "user namespaces with idmapped mounts unusable: "+err.Error())
 	}
 	if len(problems) > 0 {
