@@ -19,6 +19,7 @@ var clientDeps = []string{
 	// under /run/airlock and of cgroup directories, with no init work.
 	"github.com/airlockhq/airlock/internal/hostslot",
 	"github.com/airlockhq/airlock/internal/cgroups",
+	"github.com/airlockhq/airlock/internal/mountinfo", // cgroups finds its hierarchies in the mount table
 	"github.com/airlockhq/airlock/internal/errdefs",
 	"github.com/airlockhq/airlock/internal/lazyregexp",
 	"github.com/airlockhq/airlock/internal/version",
