@@ -12,7 +12,8 @@ the CLI's), or the ``url=`` and ``api_key=`` arguments. :class:`AsyncSandbox`
 is the same for asyncio. Every error derives from :class:`AirlockError`.
 """
 
-from ._async import AsyncCommandHandle, AsyncCommands, AsyncFiles, AsyncPty, AsyncPtySession, AsyncSandbox, AsyncWatchHandle
+from typing import TYPE_CHECKING, Any
+
 from ._errors import (
     AgentUnavailable,
     AirlockError,
@@ -52,7 +53,22 @@ from ._models import (
 )
 from ._sandbox import CommandHandle, Commands, Files, Pty, PtySession, Sandbox, WatchHandle
 
+if TYPE_CHECKING:
+    from ._async import AsyncCommandHandle, AsyncCommands, AsyncFiles, AsyncPty, AsyncPtySession, AsyncSandbox, AsyncWatchHandle
+
 __version__ = "0.1.0"
+
+_ASYNC = {"AsyncSandbox", "AsyncCommands", "AsyncCommandHandle", "AsyncFiles", "AsyncWatchHandle", "AsyncPty", "AsyncPtySession"}
+
+
+def __getattr__(name: str) -> Any:
+    # The asyncio client is imported on first use: a synchronous program
+    # does not pay for importing asyncio.
+    if name in _ASYNC:
+        from . import _async
+
+        return getattr(_async, name)
+    raise AttributeError("module 'airlock' has no attribute %r" % name)
 
 __all__ = [
     "Sandbox", "AsyncSandbox",

@@ -63,9 +63,9 @@ class AirlockError(Exception):
     @property
     def retryable(self) -> bool:
         """True when the same request may succeed later: a 429 or 503
-        answer (the server sends ``Retry-After`` with them), or a server
-        that could not be reached."""
-        return self.status in (429, 503) or isinstance(self, TransportError)
+        answer (the server sends ``Retry-After`` with them), a gateway's
+        502 or 504, or a server that could not be reached."""
+        return self.status in (429, 503) or isinstance(self, Unavailable)
 
 
 class InvalidRequest(AirlockError):

@@ -243,12 +243,14 @@ class WebSocket:
             if self._sent_close:
                 chunk = b""
             else:
+                self._release()
                 raise TransportError("websocket: %s" % (e.strerror or e)) from e
         if not chunk:
             self.closed = True
             if self.close_code is None:
                 self.close_code = CLOSE_ABNORMAL
             if not self._sent_close:
+                self._release()
                 raise TransportError("websocket connection closed without a close frame")
             raise EOFError
         self._buf += chunk
