@@ -116,14 +116,88 @@ def _stale(sock: Optional[socket.socket]) -> bool:
         return True
 
 
+_UPLOAD_CHUNK = 1 << 20
+#: bodies up to this size go out in the same send as the request head
+_INLINE_BODY = 64 << 10
+
+
+class _Conn:
+    """One keep-alive connection. A request is written whole, its head and
+    a small body in one send (http.client's HTTPConnection sends them apart
+    and builds the head header by header); the answer is parsed by
+    http.client's own HTTPResponse."""
+
+    __slots__ = ("sock", "_host")
+
+    def __init__(self, sock: socket.socket, host_header: str) -> None:
+        self.sock: Optional[socket.socket] = sock
+        self._host = host_header
+
+    def request(self, method: str, target: str, body: Any, headers: Mapping[str, str]) -> None:
+        sock = self.sock
+        assert sock is not None
+        parts = ["%s %s HTTP/1.1\r\nHost: %s\r\n" % (method, target, self._host)]
+        for k, v in headers.items():
+            if "\n" in v or "\r" in v or "\n" in k or "\r" in k or ":" in k:
+                raise _errors.InvalidRequest("header %r has a line break or colon in it" % k)
+            parts.append("%s: %s\r\n" % (k, v))
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        stream = body is not None and not isinstance(body, (bytes, bytearray, memoryview))
+        if body is not None and not stream and "Content-Length" not in headers:
+            parts.append("Content-Length: %d\r\n" % len(body))
+        chunked = stream and "Content-Length" not in headers
+        if chunked:
+            parts.append("Transfer-Encoding: chunked\r\n")
+        parts.append("\r\n")
+        head = "".join(parts).encode("latin-1")
+        if body is None:
+            sock.sendall(head)
+        elif not stream:
+            if len(body) <= _INLINE_BODY:
+                sock.sendall(head + bytes(body))
+            else:
+                sock.sendall(head)
+                sock.sendall(body)
+        else:
+            sock.sendall(head)
+            while True:
+                chunk = body.read(_UPLOAD_CHUNK)
+                if not chunk:
+                    break
+                if isinstance(chunk, str):
+                    chunk = chunk.encode("utf-8")
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+            if chunked:
+                sock.sendall(b"0\r\n\r\n")
+
+    def getresponse(self, method: str) -> http.client.HTTPResponse:
+        assert self.sock is not None
+        r = http.client.HTTPResponse(self.sock, method=method)
+        try:
+            r.begin()
+        except BaseException:
+            r.close()
+            raise
+        return r
+
+    def close(self) -> None:
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
 class Response:
     """A 2xx answer whose body is read as it comes (streams, downloads).
     Close it (or use it as a context manager) when done: a body read to its
     end gives the connection back to the pool, else it is closed."""
 
-    def __init__(self, transport: "Transport", conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+    def __init__(self, transport: "Transport", conn: _Conn, resp: http.client.HTTPResponse) -> None:
         self._transport = transport
-        self._conn: Optional[http.client.HTTPConnection] = conn
+        self._conn: Optional[_Conn] = conn
         self._resp = resp
         self.status = resp.status
         self.headers = resp.headers
@@ -209,12 +283,13 @@ class Transport:
         self.timeout = timeout
         self._api_key = api_key
         self._lock = threading.Lock()
-        self._idle: List[http.client.HTTPConnection] = []
+        self._idle: List[_Conn] = []
         self._closed = False
         self._headers: Dict[str, str] = {"User-Agent": _USER_AGENT}
         if api_key:
             self._headers["Authorization"] = "Bearer " + api_key
         self._ssl: Optional[ssl.SSLContext] = ssl.create_default_context() if u.scheme == "https" else None
+        self._host_header = _netloc(self.host, self.port, u.scheme)
 
     # -- connections -----------------------------------------------------
 
@@ -225,25 +300,21 @@ class Transport:
     def ssl_context(self) -> Optional[ssl.SSLContext]:
         return self._ssl
 
-    def _connect(self, timeout: Optional[float]) -> http.client.HTTPConnection:
-        conn: http.client.HTTPConnection
-        if self._ssl is not None:
-            conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self._ssl)
-        else:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+    def _connect(self, timeout: Optional[float]) -> _Conn:
         try:
-            conn.connect()
+            sock = socket.create_connection((self.host, self.port), timeout=timeout)
         except OSError as e:
-            conn.close()
             raise TransportError("connecting to %s: %s" % (self.url, _reason(e))) from e
-        if conn.sock is not None:
-            try:
-                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
-        return conn
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._ssl is not None:
+                sock = self._ssl.wrap_socket(sock, server_hostname=self.host)
+        except OSError as e:
+            sock.close()
+            raise TransportError("connecting to %s: %s" % (self.url, _reason(e))) from e
+        return _Conn(sock, self._host_header)
 
-    def _acquire(self, timeout: Optional[float]) -> Tuple[http.client.HTTPConnection, bool]:
+    def _acquire(self, timeout: Optional[float]) -> Tuple[_Conn, bool]:
         while True:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
@@ -256,7 +327,7 @@ class Transport:
             conn.sock.settimeout(timeout)
             return conn, True
 
-    def _release(self, conn: http.client.HTTPConnection) -> None:
+    def _release(self, conn: _Conn) -> None:
         with self._lock:
             if not self._closed and len(self._idle) < MAX_IDLE:
                 self._idle.append(conn)
@@ -326,7 +397,7 @@ class Transport:
     ) -> Any:
         """Sends a request and returns its JSON answer (None for an empty
         one); a non-2xx answer raises its AirlockError."""
-        h = {"Accept": "application/json"}
+        h: Dict[str, str] = {}
         if json_body is not UNSET:
             body = json.dumps(json_body, separators=(",", ":")).encode("utf-8")
             h["Content-Type"] = "application/json"
@@ -353,7 +424,7 @@ class Transport:
         except ValueError as e:
             raise _errors.InternalError("server answered %s %s with a body that is not JSON" % (method, path.split("?")[0])) from e
 
-    def _done(self, conn: http.client.HTTPConnection) -> None:
+    def _done(self, conn: _Conn) -> None:
         c = current_cancel.get()
         if c is not None:
             c.detach(conn.sock)
@@ -366,7 +437,7 @@ class Transport:
         body: Any,
         headers: Optional[Mapping[str, str]],
         timeout: Any,
-    ) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    ) -> Tuple[_Conn, http.client.HTTPResponse]:
         if timeout is UNSET:
             timeout = self.timeout
         target = self.target(path, query)
@@ -384,8 +455,8 @@ class Transport:
             if cancel is not None:
                 cancel.attach(conn.sock)
             try:
-                conn.request(method, target, body=body, headers=h)
-                return conn, conn.getresponse()
+                conn.request(method, target, body, h)
+                return conn, conn.getresponse(method)
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as e:
                 # A reused connection the server closed while it was idle
                 # (the request never reached a handler): once more on a
@@ -403,7 +474,7 @@ class Transport:
                 raise self.broken(e) from e
         raise AssertionError("unreachable")
 
-    def _error(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> _errors.AirlockError:
+    def _error(self, conn: _Conn, resp: http.client.HTTPResponse) -> _errors.AirlockError:
         try:
             body = resp.read(MAX_ERROR_BODY)
             whole = resp.isclosed()
