@@ -291,6 +291,14 @@ class Transport:
         self._ssl: Optional[ssl.SSLContext] = ssl.create_default_context() if u.scheme == "https" else None
         self._host_header = _netloc(self.host, self.port, u.scheme)
 
+    def __del__(self) -> None:
+        # A handle dropped without close (Sandbox.connect(id).state) must
+        # not leave its idle sockets to the garbage collector's warnings.
+        try:
+            self.close()
+        except Exception:
+            pass
+
     # -- connections -----------------------------------------------------
 
     def auth_headers(self) -> Dict[str, str]:
