@@ -56,7 +56,7 @@ async def _call(fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         current_cancel.set(tok)
         return fn(*args, **kw)
 
-    fut = loop.run_in_executor(_pool(), ctx.run, work)
+    fut: "asyncio.Future[T]" = loop.run_in_executor(_pool(), ctx.run, work)
     try:
         return await fut
     except asyncio.CancelledError:
@@ -69,9 +69,10 @@ def _bridge(loop: asyncio.AbstractEventLoop, cb: Optional[Callable[[Any], Any]])
     if it is a coroutine function) and waits for it."""
     if cb is None:
         return None
+    f = cb
 
     async def run(arg: Any) -> None:
-        r = cb(arg)
+        r = f(arg)
         if inspect.isawaitable(r):
             await r
 

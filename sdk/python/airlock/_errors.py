@@ -11,10 +11,11 @@ by its HTTP status.
 
 from __future__ import annotations
 
+import email.message
 import email.utils
 import json
 import time
-from typing import Any, Dict, Mapping, Optional, Tuple, Type
+from typing import Any, Dict, Mapping, Optional, Tuple, Type, Union
 
 
 class AirlockError(Exception):
@@ -269,6 +270,10 @@ _STATUS_CLASSES: Dict[int, Tuple[Type[AirlockError], str]] = {
     504: (Unavailable, "unavailable"),
 }
 
+#: response headers: http.client's (case-insensitive get) or a mapping
+HeaderMap = Union[Mapping[str, str], email.message.Message]
+
+
 #: how much of a foreign error body is kept in the message
 _EXCERPT = 200
 
@@ -300,7 +305,7 @@ def error_for(code: str, status: int = 0, **kw: Any) -> AirlockError:
     return cls(code=code, status=status, **kw)
 
 
-def from_response(status: int, headers: Mapping[str, str], body: bytes) -> AirlockError:
+def from_response(status: int, headers: HeaderMap, body: bytes) -> AirlockError:
     """The exception of a non-2xx answer: status, its headers (a mapping
     with case-insensitive ``get``, as http.client's) and body."""
     retry_after = parse_retry_after(headers.get("Retry-After"))
