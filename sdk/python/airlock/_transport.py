@@ -458,21 +458,27 @@ class Transport:
         cancel = current_cancel.get()
         if cancel is not None and cancel.cancelled:
             raise TransportError("call cancelled")
+        # A request that failed on a reused connection the server had
+        # closed while it was idle is sent once more on a fresh one: when
+        # the send itself failed (nothing reached a handler), or when
+        # sending it twice is harmless (an idempotent method, or an
+        # Idempotency-Key), as Go's net/http does.
+        replayable = method in ("GET", "HEAD", "PUT", "DELETE", "OPTIONS") or "Idempotency-Key" in h
         for attempt in (0, 1):
             conn, reused = self._acquire(timeout)
             if cancel is not None:
                 cancel.attach(conn.sock)
+            sent = False
             try:
                 conn.request(method, target, body, h)
+                sent = True
                 return conn, conn.getresponse(method)
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as e:
-                # A reused connection the server closed while it was idle
-                # (the request never reached a handler): once more on a
-                # fresh one.
                 if cancel is not None:
                     cancel.detach(conn.sock)
                 conn.close()
-                if reused and attempt == 0 and rewindable and not (cancel is not None and cancel.cancelled):
+                again = reused and attempt == 0 and rewindable and (not sent or replayable)
+                if again and not (cancel is not None and cancel.cancelled):
                     continue
                 raise self.broken(e) from e
             except (OSError, http.client.HTTPException) as e:

@@ -116,6 +116,28 @@ class TransportTest(Server):
             self.assertEqual(sbx.get_info().state, "running")
         self.assertEqual(len(srv.requests), 3)
 
+    def test_request_dropped_after_it_was_read(self) -> None:
+        # The server reads a request on a reused connection and closes it
+        # without an answer: a GET is sent again on a fresh connection, a
+        # POST exec is not (it may have run), and the caller learns it.
+        info = b'{"id":"sbx_1","template":"base","runtime":"runc","state":"running"}'
+
+        def route(h: Handler, body: bytes) -> None:
+            n = len(h.server.requests)  # type: ignore[attr-defined]
+            if n in (2, 4):  # the second request of each pair
+                h.close_connection = True
+                return
+            h.send_json(200, info)
+
+        srv = self.serve(route)
+        sbx = self.sandbox(srv)
+        sbx.get_info()
+        self.assertEqual(sbx.get_info().state, "running")  # dropped once, sent again
+        self.assertEqual([r[0] for r in srv.requests], ["GET", "GET", "GET"])
+        with self.assertRaises(airlock.TransportError):
+            sbx.commands.run("echo once")
+        self.assertEqual([r[0] for r in srv.requests], ["GET", "GET", "GET", "POST"])
+
     def test_error_answers(self) -> None:
         def route(h: Handler, body: bytes) -> None:
             if h.path.startswith("/v1/sandboxes/sbx_1/files"):
