@@ -3,6 +3,7 @@ package sdk_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -338,4 +339,59 @@ func TestGoSDKSandbox(t *testing.T) {
 			t.Errorf("after Close: %v", err)
 		}
 	})
+}
+
+// BenchmarkGoSDKExecOverhead measures an exec round trip against the real
+// daemon, raw net/http (the JSON mode) next to Sandbox.Run, alternating
+// them in each iteration so that both see the same load; it reports each
+// one's mean and the difference, the SDK's overhead (budget: 0.5 ms):
+//
+//	flock /tmp/airlock-roottest.lock go test -run '^$' -bench BenchmarkGoSDKExecOverhead -benchtime 200x ./test/sdk
+func BenchmarkGoSDKExecOverhead(b *testing.B) {
+	e := daemontest.Start(b, daemontest.Options{})
+	key := e.Key(b, "bench")
+	ctx := context.Background()
+	c := e.Client(key)
+	sb, err := c.NewSandbox(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Close()
+	hc := &http.Client{Transport: e.Transport()}
+	body := []byte(`{"cmd":["true"]}`)
+	raw := func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.URL()+"/v1/sandboxes/"+sb.ID()+"/exec", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var res api.ExecResult
+		err = json.NewDecoder(resp.Body).Decode(&res)
+		resp.Body.Close()
+		if err != nil || res.Status != api.ExecExited {
+			b.Fatalf("raw exec: %+v, %v", res, err)
+		}
+	}
+	sdk := func() {
+		if res, err := sb.RunArgs(ctx, []string{"true"}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("sdk exec: %+v, %v", res, err)
+		}
+	}
+	raw() // warm both paths up
+	sdk()
+	var rawTotal, sdkTotal time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		raw()
+		t1 := time.Now()
+		sdk()
+		rawTotal += t1.Sub(t0)
+		sdkTotal += time.Since(t1)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(rawTotal.Microseconds())/n, "raw-µs/op")
+	b.ReportMetric(float64(sdkTotal.Microseconds())/n, "sdk-µs/op")
+	b.ReportMetric(float64((sdkTotal-rawTotal).Microseconds())/n, "overhead-µs/op")
 }
