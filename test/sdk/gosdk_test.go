@@ -16,9 +16,6 @@ import (
 	"github.com/airlockhq/airlock/internal/testutil/daemontest"
 )
 
-// callTimeout bounds one step of the SDK tests (a create, a command).
-const callTimeout = 2 * time.Minute
-
 // TestGoSDKSandbox drives the Sandbox handle against the real daemon, as
 // a program using the SDK does: created from AIRLOCK_URL and
 // AIRLOCK_API_KEY, commands (streamed, background, stdin, timeouts, kill,
