@@ -152,12 +152,13 @@ type CommandResult struct {
 	Result *api.ExecResult
 }
 
-// ExecError is a command that did not end by exiting: it timed out, was
-// killed, ran out of memory or could not start. errors.Is matches it
-// against ErrExecTimeout, ErrExecKilled, ErrOutOfMemory or ErrExecFailed;
-// Result holds what the command printed until then.
+// ExecError is a command that did not succeed: Run and Wait return one for
+// a command that timed out (as the Python and TypeScript SDKs raise
+// ExecTimeout); CommandResult.Err for every end but a zero exit. errors.Is
+// matches it against ErrExecTimeout, ErrExecKilled, ErrOutOfMemory,
+// ErrExecFailed or ErrExitStatus; Result holds what the command printed.
 type ExecError struct {
-	Status  string // timeout, killed, oom, error
+	Status  string // exited, timeout, killed, oom, error
 	Code    string // the exec's error_code: exec_timeout, out_of_memory, exec_failed…
 	Message string // the server's reason, when it gave one
 	Result  *CommandResult
@@ -166,6 +167,9 @@ type ExecError struct {
 // Error implements error: "command timed out (exec_timeout)".
 func (e *ExecError) Error() string {
 	msg := e.Message
+	if e.Status == api.ExecExited {
+		return fmt.Sprintf("command exited with status %d (exit_status)", e.Result.ExitCode)
+	}
 	if msg == "" {
 		switch e.Status {
 		case api.ExecTimeout:
@@ -196,6 +200,8 @@ func (e *ExecError) Is(target error) bool {
 		return e.Status == api.ExecKilled
 	case ErrExecFailed:
 		return e.Status == api.ExecError && (e.Code == api.ExecCodeExecFailed || e.Code == "")
+	case ErrExitStatus:
+		return e.Status == api.ExecExited
 	case ErrUnavailable:
 		return e.Code == api.ExecCodeAgentUnavailable
 	}
@@ -203,10 +209,11 @@ func (e *ExecError) Is(target error) bool {
 }
 
 // Run runs the shell command cmd (/bin/sh -c) as WithUser (default user) in
-// WithCwd (default the home) and waits for it. A command that exits, with
-// any status, is a result: check ExitCode. One that timed out, was killed,
-// ran out of memory or could not start also returns an *ExecError, with the
-// result. When ctx ends first the command is killed.
+// WithCwd (default the home) and waits for it. How it ended is a result:
+// a non-zero exit, a kill, running out of memory, a command not found (127)
+// (check ExitCode and Status, or res.Err()); a timeout (WithTimeout) also
+// returns an *ExecError matching ErrExecTimeout, with the result. When ctx
+// ends first the command is killed.
 func (s *Sandbox) Run(ctx context.Context, cmd string, opts ...RunOption) (*CommandResult, error) {
 	return s.run(ctx, api.ExecRequest{Shell: &cmd}, opts)
 }
@@ -386,8 +393,8 @@ func (c *capture) add(p []byte) {
 	c.b = append(c.b, p...)
 }
 
-// commandResult builds the result of res and, for an end that was not an
-// exit, its *ExecError.
+// commandResult builds the result of res and, for a timeout, its
+// *ExecError.
 func commandResult(res *api.ExecResult, stdout, stderr []byte) (*CommandResult, error) {
 	r := &CommandResult{
 		ID: res.ID, Stdout: string(stdout), Stderr: string(stderr), ExitCode: -1,
@@ -397,14 +404,28 @@ func commandResult(res *api.ExecResult, stdout, stderr []byte) (*CommandResult, 
 	if res.ExitCode != nil {
 		r.ExitCode = *res.ExitCode
 	}
-	if res.Status == api.ExecExited {
-		return r, nil
+	if res.Status == api.ExecTimeout {
+		return r, r.Err()
 	}
-	return r, &ExecError{Status: res.Status, Code: res.ErrorCode, Message: res.Error, Result: r}
+	return r, nil
 }
 
-// Wait waits for the command to end and returns its result (and an
-// *ExecError as Run does). When ctx ends first Wait returns ctx's error and
+// Err returns nil when the command exited with status 0, else an
+// *ExecError saying how it ended (errors.Is: ErrExitStatus, ErrExecTimeout,
+// ErrExecKilled, ErrOutOfMemory, ErrExecFailed).
+func (r *CommandResult) Err() error {
+	if r.Status == api.ExecExited && r.ExitCode == 0 {
+		return nil
+	}
+	code, msg := "", ""
+	if r.Result != nil {
+		code, msg = r.Result.ErrorCode, r.Result.Error
+	}
+	return &ExecError{Status: r.Status, Code: code, Message: msg, Result: r}
+}
+
+// Wait waits for the command to end and returns its result (and, for a
+// timeout, an *ExecError, as Run does). When ctx ends first Wait returns ctx's error and
 // the command goes on.
 func (c *Command) Wait(ctx context.Context) (*CommandResult, error) {
 	select {
@@ -419,7 +440,7 @@ func (c *Command) Wait(ctx context.Context) (*CommandResult, error) {
 func (c *Command) Done() <-chan struct{} { return c.done }
 
 // Kill sends SIGKILL to the command's whole process tree; Wait then
-// returns its result with Status killed.
+// returns its result with Status killed (res.Err() matches ErrExecKilled).
 func (c *Command) Kill(ctx context.Context) error { return c.Signal(ctx, "SIGKILL") }
 
 // Signal sends sig ("SIGTERM", "SIGINT", …) to the command's process tree.

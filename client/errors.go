@@ -57,14 +57,16 @@ var codeErrors = map[string]error{
 	api.CodeTemplateBuilding: ErrTemplateBuilding,
 }
 
-// How a command ended when it did not exit by itself: an *ExecError
-// (Sandbox.Run, Command.Wait) matches one of them. They are exec outcomes
+// How a command ended when it did not succeed: an *ExecError matches one
+// of them (Sandbox.Run and Command.Wait return one for a timeout,
+// CommandResult.Err for every end but a zero exit). They are exec outcomes
 // (the result's status), not API errors: the call itself succeeded.
 var (
-	ErrExecTimeout = errors.New("command timed out")         // status timeout, error_code exec_timeout
-	ErrExecKilled  = errors.New("command killed")            // status killed (a signal, or its sandbox stopped)
-	ErrOutOfMemory = errors.New("command ran out of memory") // status oom
-	ErrExecFailed  = errors.New("command could not start")   // status error, error_code exec_failed (exit 126/127)
+	ErrExecTimeout = errors.New("command timed out")                     // status timeout, error_code exec_timeout
+	ErrExecKilled  = errors.New("command killed")                        // status killed (a signal, or its sandbox stopped)
+	ErrOutOfMemory = errors.New("command ran out of memory")             // status oom
+	ErrExecFailed  = errors.New("command could not start")               // status error, error_code exec_failed (exit 126/127)
+	ErrExitStatus  = errors.New("command exited with a non-zero status") // status exited, exit code not 0
 )
 
 // codeAlreadyExists is a code the server may add for ErrAlreadyExists

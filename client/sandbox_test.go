@@ -419,10 +419,16 @@ func TestSandboxRun(t *testing.T) {
 		t.Errorf("stdin %v, want empty and given", req.Stdin)
 	}
 
-	// A non-zero exit is a result, not an error.
+	if res.Err() != nil {
+		t.Errorf("Err() of a zero exit: %v", res.Err())
+	}
+	// A non-zero exit is a result, not an error; Err says it.
 	res, err = sb.RunArgs(ctx, []string{"fail"})
 	if err != nil || res.ExitCode != 3 || res.Stdout != "o" || res.Stderr != "e" {
 		t.Errorf("fail: %+v, %v", res, err)
+	}
+	if e := res.Err(); !errors.Is(e, ErrExitStatus) || errors.Is(e, ErrExecFailed) || e.Error() != "command exited with status 3 (exit_status)" {
+		t.Errorf("Err() of exit 3: %v", e)
 	}
 	f.mu.Lock()
 	req = f.execs[1]
@@ -465,9 +471,14 @@ func TestSandboxRunEndsThatAreErrors(t *testing.T) {
 	if err.Error() != "command timed out (exec_timeout)" {
 		t.Errorf("message %q", err.Error())
 	}
+	// Like the other SDKs, only a timeout is an error of Run: a command
+	// that could not start is a result (127), which Err explains.
 	res, err = sb.Run(ctx, "notfound")
-	if !errors.Is(err, ErrExecFailed) || res == nil || res.ExitCode != 127 || !strings.Contains(err.Error(), "not found in $PATH (exec_failed)") {
-		t.Errorf("not found: %+v, %v", res, err)
+	if err != nil || res.ExitCode != 127 || res.Status != api.ExecError {
+		t.Fatalf("not found: %+v, %v", res, err)
+	}
+	if e := res.Err(); !errors.Is(e, ErrExecFailed) || !strings.Contains(e.Error(), "not found in $PATH (exec_failed)") {
+		t.Errorf("Err() of a missing command: %v", e)
 	}
 }
 
@@ -553,7 +564,7 @@ func TestSandboxStartStdinWaitKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err = cmd.Wait(ctx)
-	if !errors.Is(err, ErrExecKilled) || res == nil || res.Stdout != "started\n" || got.String() != "started\n" {
+	if err != nil || res.Status != api.ExecKilled || !errors.Is(res.Err(), ErrExecKilled) || res.Stdout != "started\n" || got.String() != "started\n" {
 		t.Errorf("killed: %+v, %v (streamed %q)", res, err, got.String())
 	}
 }

@@ -45,7 +45,8 @@ func TestGoSDKSandbox(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Stdout != "hello user\n/home/user\n" || res.Stderr != "oops\n" || res.ExitCode != 3 || res.Status != api.ExecExited {
+		if res.Stdout != "hello user\n/home/user\n" || res.Stderr != "oops\n" || res.ExitCode != 3 || res.Status != api.ExecExited ||
+			!errors.Is(res.Err(), client.ErrExitStatus) {
 			t.Errorf("result %+v", res)
 		}
 		// The secret is in the command's environment, masked in its output.
@@ -91,7 +92,7 @@ func TestGoSDKSandbox(t *testing.T) {
 			t.Errorf("timed-out result %+v", res)
 		}
 		res, err = sb.RunArgs(ctx, []string{"no-such-command"})
-		if !errors.Is(err, client.ErrExecFailed) || res == nil || res.ExitCode != 127 {
+		if err != nil || res.ExitCode != 127 || !errors.Is(res.Err(), client.ErrExecFailed) {
 			t.Errorf("missing command: %+v, %v", res, err)
 		}
 	})
@@ -130,7 +131,7 @@ func TestGoSDKSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		res, err = cmd.Wait(ctx)
-		if !errors.Is(err, client.ErrExecKilled) || res == nil || res.Stdout != "up\n" {
+		if err != nil || res.Status != api.ExecKilled || !errors.Is(res.Err(), client.ErrExecKilled) || res.Stdout != "up\n" {
 			t.Errorf("killed: %+v, %v", res, err)
 		}
 	})
