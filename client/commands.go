@@ -230,11 +230,10 @@ func (s *Sandbox) RunArgs(ctx context.Context, argv []string, opts ...RunOption)
 // run starts req and waits for its follower, which ends with the command
 // or, killing it, with ctx.
 func (s *Sandbox) run(ctx context.Context, req api.ExecRequest, opts []RunOption) (*CommandResult, error) {
-	c, err := s.start(ctx, req, runOptions(opts), true)
-	if err != nil {
-		return nil, err
-	}
-	<-c.done
+	cfg := runOptions(opts)
+	c := &Command{sb: s, done: make(chan struct{})}
+	// On the caller's goroutine: a foreground command needs no other.
+	c.follow(ctx, execRequest(req, cfg, true), cfg, nil)
 	if c.err != nil && ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}
@@ -275,6 +274,27 @@ func (c *Command) ID() string { return c.id }
 // start sends req in the streaming mode and follows the command on a
 // goroutine of its own; it returns once the server said the command runs.
 func (s *Sandbox) start(ctx context.Context, req api.ExecRequest, cfg runConfig, foreground bool) (*Command, error) {
+	req = execRequest(req, cfg, foreground)
+	started := make(chan string, 1)
+	c := &Command{sb: s, done: make(chan struct{})}
+	go c.follow(ctx, req, cfg, started)
+	select {
+	case id := <-started:
+		c.id = id
+		return c, nil
+	case <-c.done:
+		select {
+		case id := <-started: // it started, and ended at once
+			c.id = id
+			return c, nil
+		default:
+			return nil, c.err
+		}
+	}
+}
+
+// execRequest completes req with the options.
+func execRequest(req api.ExecRequest, cfg runConfig, foreground bool) api.ExecRequest {
 	req.User, req.Cwd, req.Env = cfg.user, cfg.cwd, cfg.env
 	if req.Cwd != "" {
 		req.Cwd = resolvePath(req.Cwd)
@@ -295,26 +315,12 @@ func (s *Sandbox) start(ctx context.Context, req api.ExecRequest, cfg runConfig,
 		empty := ""
 		req.Stdin = &empty
 	}
-	started := make(chan string, 1)
-	c := &Command{sb: s, done: make(chan struct{})}
-	go c.follow(ctx, req, cfg, started)
-	select {
-	case id := <-started:
-		c.id = id
-		return c, nil
-	case <-c.done:
-		select {
-		case id := <-started: // it started, and ended at once
-			c.id = id
-			return c, nil
-		default:
-			return nil, c.err
-		}
-	}
+	return req
 }
 
 // follow reads the command's stream to its end, calling the callbacks and
-// keeping the output, and sets the result.
+// keeping the output, and sets the result. It sends the exec's id on
+// started (when not nil) once the server said the command runs.
 func (c *Command) follow(ctx context.Context, req api.ExecRequest, cfg runConfig, started chan<- string) {
 	defer close(c.done)
 	var (
@@ -331,7 +337,9 @@ func (c *Command) follow(ctx context.Context, req api.ExecRequest, cfg runConfig
 		switch ev.Type {
 		case EventStart:
 			id = ev.ExecID
-			started <- id
+			if started != nil {
+				started <- id
+			}
 		case EventStdout:
 			stdout.add(ev.Data)
 			if cfg.onStdout != nil {
