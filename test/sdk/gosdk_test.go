@@ -372,24 +372,46 @@ func BenchmarkGoSDKExecOverhead(b *testing.B) {
 			b.Fatalf("raw exec: %+v, %v", res, err)
 		}
 	}
+	// The same exec in the streaming mode, read to its exit event by hand:
+	// what the server's SSE mode costs apart from the SDK.
+	rawSSE := func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.URL()+"/v1/sandboxes/"+sb.ID()+"/exec", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := hc.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		all, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || !bytes.Contains(all, []byte("event: exit")) {
+			b.Fatalf("raw sse exec: %q, %v", all, err)
+		}
+	}
 	sdk := func() {
 		if res, err := sb.RunArgs(ctx, []string{"true"}); err != nil || res.ExitCode != 0 {
 			b.Fatalf("sdk exec: %+v, %v", res, err)
 		}
 	}
-	raw() // warm both paths up
+	raw() // warm every path up
+	rawSSE()
 	sdk()
-	var rawTotal, sdkTotal time.Duration
+	var rawTotal, sseTotal, sdkTotal time.Duration
 	for b.Loop() {
 		t0 := time.Now()
 		raw()
 		t1 := time.Now()
+		rawSSE()
+		t2 := time.Now()
 		sdk()
 		rawTotal += t1.Sub(t0)
-		sdkTotal += time.Since(t1)
+		sseTotal += t2.Sub(t1)
+		sdkTotal += time.Since(t2)
 	}
 	n := float64(b.N)
 	b.ReportMetric(float64(rawTotal.Microseconds())/n, "raw-µs/op")
+	b.ReportMetric(float64(sseTotal.Microseconds())/n, "raw-sse-µs/op")
 	b.ReportMetric(float64(sdkTotal.Microseconds())/n, "sdk-µs/op")
 	b.ReportMetric(float64((sdkTotal-rawTotal).Microseconds())/n, "overhead-µs/op")
 }
