@@ -187,7 +187,7 @@ func (s *Store) List() ([]Info, error) {
 	}
 	var out []Info
 	for _, e := range ents {
-		if !e.IsDir() || !validName.MatchString(e.Name()) || e.Name() == layersDir {
+		if !e.IsDir() || !validName.MatchString(e.Name()) || e.Name() == layersDir || e.Name() == checkpointsDir {
 			continue
 		}
 		infos, err := s.versions(e.Name())
