@@ -127,9 +127,12 @@ type CreateSnapshotRequest struct {
 // missing one. It holds no secrets, env, network policy, previews or
 // tokens of the sandbox (docs/lifecycle.md, "What a copy carries").
 type Snapshot struct {
-	ID     string `json:"id"` // snap_…
+	// ID is snap_ and 20 or more random base32 characters.
+	ID string `json:"id"`
+	// Tenant owns it: the snapshotted sandbox's tenant.
 	Tenant string `json:"tenant"`
-	Name   string `json:"name,omitempty"`
+	// Name is the one given at its creation, if any.
+	Name string `json:"name,omitempty"`
 	// SandboxID is the sandbox it was taken of (which may be gone since).
 	SandboxID string `json:"sandbox_id"`
 	// ParentID is the snapshot that sandbox started from, if any: the
@@ -157,14 +160,16 @@ type Snapshot struct {
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	// Layers is how many read-only layers a sandbox from it stacks (the
 	// template's and every captured one): at most 40.
-	Layers    int       `json:"layers"`
+	Layers int `json:"layers"`
+	// CreatedAt is when it was taken (the instant its state is of).
 	CreatedAt time.Time `json:"created_at"`
 }
 
 // SnapshotList is the body of GET /v1/snapshots (newest first).
 type SnapshotList struct {
-	Snapshots  []Snapshot `json:"snapshots"`
-	NextCursor string     `json:"next_cursor,omitempty"`
+	Snapshots []Snapshot `json:"snapshots"`
+	// NextCursor continues the listing (?cursor=); absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // ForkRequest is the body of POST /v1/sandboxes/{id}/fork.
@@ -183,6 +188,7 @@ type ForkRequest struct {
 // ForkResponse is the 201 body of POST /v1/sandboxes/{id}/fork: the
 // copies, each running (ready to run a command).
 type ForkResponse struct {
+	// Sandboxes are the copies, as many as the request's count.
 	Sandboxes []Sandbox `json:"sandboxes"`
 }
 
@@ -227,19 +233,26 @@ type PoolStatus struct {
 // Members belong to the pool's tenant, never ran a command before their
 // claim and are never reused after it.
 type Pool struct {
-	Name      string     `json:"name"`
-	Tenant    string     `json:"tenant"`
-	Template  string     `json:"template"`
-	Runtime   string     `json:"runtime"`
-	Resources Resources  `json:"resources"`
-	Size      int        `json:"size"`
-	Status    PoolStatus `json:"status"`
-	CreatedAt time.Time  `json:"created_at"`
-	UpdatedAt time.Time  `json:"updated_at"`
+	// Name is the pool's, unique per tenant: 1 to 64 of [a-z0-9._-].
+	Name string `json:"name"`
+	// Tenant owns the pool and its members.
+	Tenant string `json:"tenant"`
+	// Template, Runtime, Resources and Size are the desired state (the
+	// last PUT), Runtime and Resources with the server's defaults filled.
+	Template  string    `json:"template"`
+	Runtime   string    `json:"runtime"`
+	Resources Resources `json:"resources"`
+	Size      int       `json:"size"`
+	// Status is the observed state.
+	Status PoolStatus `json:"status"`
+	// CreatedAt is the first PUT, UpdatedAt the last.
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // PoolList is the body of GET /v1/pools (by name).
 type PoolList struct {
+	// Pools are by name (an admin key's: by tenant, then name).
 	Pools []Pool `json:"pools"`
 }
 
