@@ -103,6 +103,9 @@ var codeClass = map[string]error{
 	api.CodeUnavailable:         ErrUnavailable,
 	// The sandbox's template lacks what the request needs: change it.
 	api.CodeTemplateUnsupported: ErrInvalidArgument,
+	// The sandbox's runtime cannot do what is asked (a memory snapshot on
+	// runc): ask for less, or use another runtime.
+	api.CodeCapabilityUnsupported: ErrInvalidArgument,
 }
 
 // statusClass is the fallback for a code this SDK does not know (a newer

@@ -45,6 +45,12 @@ var (
 	// needs (code on a template without a kernel). Permanent for that
 	// sandbox: use another template. A kind of ErrInvalidArgument.
 	ErrTemplateUnsupported = fmt.Errorf("template unsupported: %w", ErrInvalidArgument)
+	// ErrCapabilityUnsupported: the sandbox's runtime cannot do what the
+	// request asks (a memory snapshot, a pause to disk or a fork where its
+	// Capabilities say no). Permanent for that runtime: ask for less or
+	// use another runtime; never answered by silently doing less. A kind
+	// of ErrInvalidArgument.
+	ErrCapabilityUnsupported = fmt.Errorf("capability unsupported: %w", ErrInvalidArgument)
 	// ErrTemplateBuildFailed: a create waited for its template's build,
 	// which failed. Asking again does not help: the template's spec (or
 	// the host) must change, as the build's log says. A kind of

@@ -1,4 +1,4 @@
-// Package store persists airlock's tenants, API keys, sandboxes, exec records, idempotency keys, template versions and builds, and exposed preview ports in SQLite.
+// Package store persists airlock's tenants, API keys, sandboxes, exec records, idempotency keys, template versions and builds, exposed preview ports, snapshots and warm pools in SQLite.
 //
 // The database is one file in the data dir, opened in WAL mode so that
 // readers never wait for the writer. All writes go through one connection

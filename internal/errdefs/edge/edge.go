@@ -73,6 +73,8 @@ var Table = []Class{
 	{errdefs.ErrNotFound, http.StatusNotFound, api.CodeNotFound, http.StatusNotFound, connect.CodeNotFound, "not found", 0},
 	{errdefs.ErrTemplateUnsupported, http.StatusBadRequest, api.CodeTemplateUnsupported, http.StatusBadRequest, connect.CodeInvalidArgument,
 		"the sandbox's template does not support this", 0},
+	{errdefs.ErrCapabilityUnsupported, http.StatusBadRequest, api.CodeCapabilityUnsupported, http.StatusBadRequest, connect.CodeInvalidArgument,
+		"the sandbox's runtime does not support this", 0},
 	// A build that failed is a dependency that failed (424), whose spec
 	// must change; asking again does not help.
 	{errdefs.ErrTemplateBuildFailed, http.StatusFailedDependency, api.CodeTemplateBuildFailed, http.StatusFailedDependency, connect.CodeFailedPrecondition,

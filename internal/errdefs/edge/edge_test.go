@@ -122,6 +122,8 @@ func TestClassify(t *testing.T) {
 		{"quota", errdefs.ErrQuotaExceeded, 429, "quota_exceeded", "quota exceeded", edge.RetryDefault, 0},
 		{"runtime", errdefs.ErrRuntimeUnavailable, 503, "runtime_unavailable", "runtime unavailable", edge.RetryRuntime, edge.RetryRuntime},
 		{"runtime absent", errdefs.ErrRuntimeAbsent, 400, "runtime_unavailable", "runtime not available on this host", 0, 0},
+		{"capability", &errdefs.Public{Msg: "runtime runc cannot snapshot memory", Err: errdefs.ErrCapabilityUnsupported}, 400,
+			"capability_unsupported", "runtime runc cannot snapshot memory", 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
