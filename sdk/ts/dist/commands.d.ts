@@ -7,7 +7,10 @@ export interface CommandResult {
     /** Everything the command wrote to stdout (UTF-8; invalid bytes become U+FFFD). */
     stdout: string;
     stderr: string;
-    /** The exit status; null when the process did not exit by itself (a signal). */
+    /**
+     * The exit status: 128+n when signal n ended it, as a shell reports it
+     * (137 for SIGKILL); null when the server has none.
+     */
     exitCode: number | null;
     status: CommandStatus;
     /** The signal that ended it, e.g. "SIGKILL". */
@@ -103,8 +106,12 @@ export declare class CommandHandle {
      * tree. It returns false when the command had ended already.
      */
     kill(signal?: string): Promise<boolean>;
-    /** sendStdin writes data to the command's stdin. */
-    sendStdin(data: string | Uint8Array): Promise<void>;
+    /** signal sends a signal ("SIGTERM", "SIGINT", …) to the command's whole process tree; false when it had ended. */
+    signal(signal: string): Promise<boolean>;
+    /** sendStdin writes data to the command's stdin; eof: true closes it afterwards. */
+    sendStdin(data: string | Uint8Array, opts?: {
+        eof?: boolean;
+    }): Promise<void>;
     /** closeStdin closes its stdin: the command reads EOF. */
     closeStdin(): Promise<void>;
     /**
@@ -118,6 +125,7 @@ export declare class Commands {
     private readonly t;
     private readonly sandboxId;
     private readonly tuning;
+    private readonly home;
     private path;
     /**
      * run runs a command and returns its output once it ends. A string runs
@@ -141,8 +149,10 @@ export declare class Commands {
     connect(id: string, opts?: ConnectOptions): Promise<CommandHandle>;
     /** kill signals a command's whole process tree; false when it had ended already. */
     kill(id: string, signal?: string): Promise<boolean>;
-    /** sendStdin writes to a command's stdin (one started in the background without `stdin`). */
-    sendStdin(id: string, data: string | Uint8Array): Promise<void>;
+    /** sendStdin writes to a command's stdin (one started in the background without `stdin`); eof: true closes it afterwards. */
+    sendStdin(id: string, data: string | Uint8Array, opts?: {
+        eof?: boolean;
+    }): Promise<void>;
     /** closeStdin closes a command's stdin. */
     closeStdin(id: string): Promise<void>;
     /** list returns the sandbox's commands, newest first. */

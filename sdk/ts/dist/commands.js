@@ -3,6 +3,7 @@ import { AirlockError, ConflictError, ConnectionError, errorFromEvent, ExecTimeo
 import { chunks, concat, seg, Transport } from "./transport.js";
 import { sseEvents, StreamCutError } from "./sse.js";
 import { base64Decode, date, isEventStream, linked, sleep, text, utf8 } from "./util.js";
+import { joinPath } from "./paths.js";
 /**
  * The server sends a heartbeat at least every 15 s, so three missed
  * heartbeats mean the connection is gone (a half-open TCP connection would
@@ -327,9 +328,13 @@ export class CommandHandle {
     kill(signal = "SIGKILL") {
         return this.commands.kill(this.id, signal);
     }
-    /** sendStdin writes data to the command's stdin. */
-    sendStdin(data) {
-        return this.commands.sendStdin(this.id, data);
+    /** signal sends a signal ("SIGTERM", "SIGINT", …) to the command's whole process tree; false when it had ended. */
+    signal(signal) {
+        return this.commands.kill(this.id, signal);
+    }
+    /** sendStdin writes data to the command's stdin; eof: true closes it afterwards. */
+    sendStdin(data, opts = {}) {
+        return this.commands.sendStdin(this.id, data, opts);
     }
     /** closeStdin closes its stdin: the command reads EOF. */
     closeStdin() {
@@ -348,17 +353,21 @@ export class Commands {
     t;
     sandboxId;
     tuning;
+    home;
     /** @internal */
-    constructor(t, sandboxId, tuning = defaultTuning) {
+    constructor(t, sandboxId, tuning = defaultTuning, home = async (u) => (u === "root" ? "/root" : `/home/${u ?? "user"}`)) {
         this.t = t;
         this.sandboxId = sandboxId;
         this.tuning = tuning;
+        this.home = home;
     }
     path(...rest) {
         return `/v1/sandboxes/${seg(this.sandboxId)}/` + rest.join("/");
     }
     async run(cmd, opts = {}) {
         const req = execRequest(cmd, opts, !opts.background);
+        if (typeof opts.cwd === "string" && !opts.cwd.startsWith("/"))
+            req["cwd"] = joinPath(await this.home(opts.user), opts.cwd);
         const f = new Follower(this.t, this.sandboxId, { onStdout: opts.onStdout, onStderr: opts.onStderr }, this.tuning);
         const open = (signal) => this.t.request("POST", this.path("exec"), { json: req, accept: "text/event-stream", signal, stream: true });
         if (opts.background) {
@@ -423,9 +432,10 @@ export class Commands {
             throw e;
         }
     }
-    /** sendStdin writes to a command's stdin (one started in the background without `stdin`). */
-    async sendStdin(id, data) {
+    /** sendStdin writes to a command's stdin (one started in the background without `stdin`); eof: true closes it afterwards. */
+    async sendStdin(id, data, opts = {}) {
         await this.t.json("POST", this.path("execs", seg(id), "stdin"), {
+            query: { eof: opts.eof || undefined },
             body: typeof data === "string" ? utf8(data) : data,
             contentType: "application/octet-stream",
         });

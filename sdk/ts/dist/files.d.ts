@@ -1,6 +1,8 @@
+import { homeFromPasswd, joinPath } from "./paths.js";
+export { homeFromPasswd, joinPath };
 /** What a path names. */
 export type EntryType = "file" | "dir" | "symlink" | "other";
-/** One file, directory or link (list, stat, makeDir, rename). */
+/** One file, directory or link (list, getInfo, makeDir, rename). */
 export interface EntryInfo {
     name: string;
     /** Its absolute path inside the sandbox. */
@@ -50,13 +52,6 @@ export interface WatchOptions extends FileOptions {
     /** Called once when the watch ends: undefined when the directory went away or stop() was called. */
     onExit?: (err?: Error) => void;
 }
-/** A home directory as the sandbox's /etc/passwd names it; hostile input, so checked. */
-export declare function homeFromPasswd(passwd: string, user: string): string | undefined;
-/**
- * joinPath makes p absolute: "~" and relative paths start from home. The
- * server refuses paths with ".." outright; they are kept for it to say so.
- */
-export declare function joinPath(home: string, p: string): string;
 /** A running watch: async-iterate it for changes, stop() ends it. */
 export declare class WatchHandle implements AsyncIterable<FilesystemEvent> {
     private readonly ac;
@@ -110,15 +105,15 @@ export declare class Files {
     list(path?: string, opts?: FileOptions & {
         depth?: number;
     }): Promise<EntryInfo[]>;
-    /** stat describes a path (a symlink itself, not its target). */
-    stat(path: string, opts?: FileOptions): Promise<EntryInfo>;
+    /** getInfo describes a path (a symlink itself, not its target). */
+    getInfo(path: string, opts?: FileOptions): Promise<EntryInfo>;
     /** exists reports whether a path exists. */
     exists(path: string, opts?: FileOptions): Promise<boolean>;
     /** makeDir makes a directory and its parents. */
     makeDir(path: string, opts?: FileOptions): Promise<EntryInfo>;
     /** rename moves a file or directory. */
     rename(from: string, to: string, opts?: FileOptions): Promise<EntryInfo>;
-    /** remove removes a file, or a directory with everything in it (recursive: false refuses a non-empty one). */
+    /** remove removes a file or an empty directory; recursive: true removes a directory with everything in it. */
     remove(path: string, opts?: FileOptions & {
         recursive?: boolean;
     }): Promise<void>;

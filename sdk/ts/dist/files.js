@@ -4,6 +4,8 @@ import { AirlockError, ConnectionError, InvalidRequestError, NotFoundError, erro
 import { chunks, concat, seg, Transport } from "./transport.js";
 import { sseEvents } from "./sse.js";
 import { date, isEventStream, linked, text, utf8 } from "./util.js";
+import { homeFromPasswd, joinPath } from "./paths.js";
+export { homeFromPasswd, joinPath };
 import { defaultTuning } from "./commands.js";
 const WATCH_EVENTS = new Set(["create", "write", "remove", "rename", "chmod", "overflow"]);
 function entryInfo(w) {
@@ -20,34 +22,6 @@ function entryInfo(w) {
     if (w.link_target)
         e.linkTarget = w.link_target;
     return e;
-}
-/** A home directory as the sandbox's /etc/passwd names it; hostile input, so checked. */
-export function homeFromPasswd(passwd, user) {
-    for (const line of passwd.split("\n")) {
-        const f = line.split(":");
-        if (f.length >= 7 && f[0] === user) {
-            const home = f[5];
-            if (home.startsWith("/") && !home.includes("\0") && !home.split("/").includes(".."))
-                return home;
-            return undefined;
-        }
-    }
-    return undefined;
-}
-/**
- * joinPath makes p absolute: "~" and relative paths start from home. The
- * server refuses paths with ".." outright; they are kept for it to say so.
- */
-export function joinPath(home, p) {
-    if (p.startsWith("/"))
-        return p;
-    if (p === "~" || p === "" || p === ".")
-        return home;
-    if (p.startsWith("~/"))
-        p = p.slice(2);
-    if (p.startsWith("./"))
-        p = p.slice(2);
-    return home.replace(/\/+$/, "") + "/" + p;
 }
 /** A running watch: async-iterate it for changes, stop() ends it. */
 export class WatchHandle {
@@ -274,8 +248,8 @@ export class Files {
         });
         return (l.entries ?? []).map(entryInfo);
     }
-    /** stat describes a path (a symlink itself, not its target). */
-    async stat(path, opts = {}) {
+    /** getInfo describes a path (a symlink itself, not its target). */
+    async getInfo(path, opts = {}) {
         return entryInfo(await this.t.json("GET", this.path("fs", "stat"), {
             query: { path: await this.resolve(path, opts.user), user: opts.user },
             signal: opts.signal,
@@ -284,7 +258,7 @@ export class Files {
     /** exists reports whether a path exists. */
     async exists(path, opts = {}) {
         try {
-            await this.stat(path, opts);
+            await this.getInfo(path, opts);
             return true;
         }
         catch (e) {
@@ -310,10 +284,10 @@ export class Files {
             body["user"] = opts.user;
         return entryInfo(await this.t.json("POST", this.path("fs", "move"), { json: body, signal: opts.signal }));
     }
-    /** remove removes a file, or a directory with everything in it (recursive: false refuses a non-empty one). */
+    /** remove removes a file or an empty directory; recursive: true removes a directory with everything in it. */
     async remove(path, opts = {}) {
         await this.t.json("DELETE", this.path("fs"), {
-            query: { path: await this.resolve(path, opts.user), user: opts.user, recursive: (opts.recursive ?? true) || undefined },
+            query: { path: await this.resolve(path, opts.user), user: opts.user, recursive: opts.recursive || undefined },
             signal: opts.signal,
         });
     }

@@ -50,7 +50,8 @@ export interface SandboxOptions extends ConnectionOptions {
     /** Give the secrets as files /run/secrets/NAME instead of variables. */
     secretsAsFiles?: boolean;
     metadata?: Record<string, string>;
-    network?: NetworkPolicy;
+    /** "none" (the default), "open", the hosts to allow, or a whole policy. */
+    network?: NetworkPolicy | "none" | "open" | string[];
     volumes?: VolumeMount[];
     autoPause?: boolean;
     /**
@@ -128,6 +129,10 @@ export declare class Sandbox {
     private _info;
     /** What the server said of the sandbox when this handle last asked (getInfo asks again). */
     get info(): SandboxInfo;
+    /** The sandbox's id, as E2B's SDKs name it. */
+    get sandboxId(): string;
+    /** The state when this handle last asked (getInfo asks again). */
+    get state(): SandboxState;
     /** The runtime the sandbox got (runc, gvisor, …). */
     get runtime(): string;
     /** The template it runs. */
@@ -153,16 +158,16 @@ export declare class Sandbox {
     getInfo(): Promise<SandboxInfo>;
     /** isRunning reports whether the sandbox is running (false once it stopped or was deleted). */
     isRunning(): Promise<boolean>;
-    /** setTimeout makes the sandbox expire ttl seconds from now. */
-    setTimeout(ttl: number): Promise<SandboxInfo>;
+    /** setTtl makes the sandbox expire ttl seconds from now. */
+    setTtl(ttl: number): Promise<SandboxInfo>;
     /** pause freezes every process of the sandbox; time paused does not count against its ttl. */
     pause(): Promise<SandboxInfo>;
     /** resume thaws a paused sandbox. */
     resume(): Promise<SandboxInfo>;
     /** setNetwork replaces the sandbox's egress policy, effective at once. */
     setNetwork(policy: NetworkPolicy): Promise<NetworkPolicy>;
-    /** getMetrics returns the sandbox's resource use now. */
-    getMetrics(): Promise<SandboxMetrics>;
+    /** metrics returns the sandbox's resource use now. */
+    metrics(): Promise<SandboxMetrics>;
     /**
      * runCode runs code in a stateful interpreter (needs a template with one,
      * e.g. "code-interpreter"): variables and imports persist across calls.

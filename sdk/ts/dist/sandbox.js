@@ -21,6 +21,14 @@ function wireResources(r) {
         w.disk_tmpfs = r.diskTmpfs;
     return w;
 }
+/** networkOption reads the create option's shorthands: a mode, or the hosts of an allowlist. */
+function networkOption(n) {
+    if (typeof n === "string")
+        return { mode: n };
+    if (Array.isArray(n))
+        return { mode: "allowlist", allow: [...n] };
+    return n;
+}
 function wireNetwork(n) {
     const w = { mode: n.mode };
     if (n.allow !== undefined)
@@ -101,7 +109,7 @@ function createRequest(o) {
     if (o.metadata !== undefined)
         req["metadata"] = o.metadata;
     if (o.network !== undefined)
-        req["network"] = wireNetwork(o.network);
+        req["network"] = wireNetwork(networkOption(o.network));
     if (o.volumes !== undefined) {
         req["volumes"] = o.volumes.map((v) => (v.readOnly ? { name: v.name, path: v.path, read_only: true } : { name: v.name, path: v.path }));
     }
@@ -150,14 +158,22 @@ export class Sandbox {
         this.id = info.id;
         this._info = info;
         this.t = transport;
-        this.commands = new Commands(transport, info.id, tuning);
         this.files = new Files(transport, info.id, tuning);
+        this.commands = new Commands(transport, info.id, tuning, (user) => this.files.home(user));
         this.pty = new Pty(transport, info.id);
         this.code = new Code(transport, info.id);
     }
     /** What the server said of the sandbox when this handle last asked (getInfo asks again). */
     get info() {
         return this._info;
+    }
+    /** The sandbox's id, as E2B's SDKs name it. */
+    get sandboxId() {
+        return this.id;
+    }
+    /** The state when this handle last asked (getInfo asks again). */
+    get state() {
+        return this._info.state;
     }
     /** The runtime the sandbox got (runc, gvisor, …). */
     get runtime() {
@@ -279,8 +295,8 @@ export class Sandbox {
             throw e;
         }
     }
-    /** setTimeout makes the sandbox expire ttl seconds from now. */
-    async setTimeout(ttl) {
+    /** setTtl makes the sandbox expire ttl seconds from now. */
+    async setTtl(ttl) {
         this._info = sandboxInfo(await this.t.json("POST", this.path("timeout"), { json: { timeout_s: ttl } }));
         return this._info;
     }
@@ -299,8 +315,8 @@ export class Sandbox {
         const w = await this.t.json("PUT", this.path("network"), { json: wireNetwork(policy) });
         return networkPolicy(w);
     }
-    /** getMetrics returns the sandbox's resource use now. */
-    async getMetrics() {
+    /** metrics returns the sandbox's resource use now. */
+    async metrics() {
         const w = await this.t.json("GET", this.path("metrics"));
         const n = (k) => (typeof w[k] === "number" ? w[k] : 0);
         return {

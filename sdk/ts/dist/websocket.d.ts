@@ -67,3 +67,4 @@ export declare function webSocketKind(): "global" | "builtin";
 export declare function openSocket(url: string, headers: Record<string, string>, signal: AbortSignal | undefined, diagnose: () => Promise<Error>): Promise<MessageSocket>;
 /** acceptKey is the Sec-WebSocket-Accept a server must answer key with. */
 export declare function acceptKey(key: string): Promise<string>;
+export declare function connectBuiltin(url: string, headers: Record<string, string>, signal: AbortSignal | undefined): Promise<MessageSocket>;

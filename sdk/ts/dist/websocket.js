@@ -241,7 +241,7 @@ export async function acceptKey(key) {
 }
 /** Bounds the error body of a refused handshake. */
 const MAX_ERROR_BODY = 64 << 10;
-async function connectBuiltin(url, headers, signal) {
+export async function connectBuiltin(url, headers, signal) {
     let http;
     try {
         http = (await import(url.startsWith("https:") ? "node:https" : "node:http"));

@@ -12,6 +12,7 @@ import { chunks, concat, seg, Transport } from "./transport.js";
 import { sseEvents, StreamCutError } from "./sse.js";
 import { base64Decode, date, isEventStream, linked, sleep, text, utf8 } from "./util.js";
 import type { WireExecResult, WireOutputEvent } from "./wire.js";
+import { joinPath } from "./paths.js";
 
 /** How a command ended. */
 export type CommandStatus = "exited" | "timeout" | "killed" | "oom" | "error";
@@ -23,7 +24,10 @@ export interface CommandResult {
   /** Everything the command wrote to stdout (UTF-8; invalid bytes become U+FFFD). */
   stdout: string;
   stderr: string;
-  /** The exit status; null when the process did not exit by itself (a signal). */
+  /**
+   * The exit status: 128+n when signal n ended it, as a shell reports it
+   * (137 for SIGKILL); null when the server has none.
+   */
   exitCode: number | null;
   status: CommandStatus;
   /** The signal that ended it, e.g. "SIGKILL". */
@@ -414,9 +418,14 @@ export class CommandHandle {
     return this.commands.kill(this.id, signal);
   }
 
-  /** sendStdin writes data to the command's stdin. */
-  sendStdin(data: string | Uint8Array): Promise<void> {
-    return this.commands.sendStdin(this.id, data);
+  /** signal sends a signal ("SIGTERM", "SIGINT", …) to the command's whole process tree; false when it had ended. */
+  signal(signal: string): Promise<boolean> {
+    return this.commands.kill(this.id, signal);
+  }
+
+  /** sendStdin writes data to the command's stdin; eof: true closes it afterwards. */
+  sendStdin(data: string | Uint8Array, opts: { eof?: boolean } = {}): Promise<void> {
+    return this.commands.sendStdin(this.id, data, opts);
   }
 
   /** closeStdin closes its stdin: the command reads EOF. */
@@ -440,6 +449,7 @@ export class Commands {
     private readonly t: Transport,
     private readonly sandboxId: string,
     private readonly tuning: StreamTuning = defaultTuning,
+    private readonly home: (user?: string) => Promise<string> = async (u) => (u === "root" ? "/root" : `/home/${u ?? "user"}`),
   ) {}
 
   private path(...rest: string[]): string {
@@ -457,6 +467,7 @@ export class Commands {
   run(cmd: string | readonly string[], opts?: RunOptions): Promise<CommandResult | CommandHandle>;
   async run(cmd: string | readonly string[], opts: RunOptions = {}): Promise<CommandResult | CommandHandle> {
     const req = execRequest(cmd, opts, !opts.background);
+    if (typeof opts.cwd === "string" && !opts.cwd.startsWith("/")) req["cwd"] = joinPath(await this.home(opts.user), opts.cwd);
     const f = new Follower(this.t, this.sandboxId, { onStdout: opts.onStdout, onStderr: opts.onStderr }, this.tuning);
     const open = (signal: AbortSignal) =>
       this.t.request("POST", this.path("exec"), { json: req, accept: "text/event-stream", signal, stream: true });
@@ -522,9 +533,10 @@ export class Commands {
     }
   }
 
-  /** sendStdin writes to a command's stdin (one started in the background without `stdin`). */
-  async sendStdin(id: string, data: string | Uint8Array): Promise<void> {
+  /** sendStdin writes to a command's stdin (one started in the background without `stdin`); eof: true closes it afterwards. */
+  async sendStdin(id: string, data: string | Uint8Array, opts: { eof?: boolean } = {}): Promise<void> {
     await this.t.json("POST", this.path("execs", seg(id), "stdin"), {
+      query: { eof: opts.eof || undefined },
       body: typeof data === "string" ? utf8(data) : data,
       contentType: "application/octet-stream",
     });

@@ -6,12 +6,15 @@ import { chunks, concat, seg, Transport } from "./transport.js";
 import { sseEvents } from "./sse.js";
 import { date, isEventStream, linked, text, utf8 } from "./util.js";
 import type { WireFileInfo } from "./wire.js";
+import { homeFromPasswd, joinPath } from "./paths.js";
+
+export { homeFromPasswd, joinPath };
 import { defaultTuning, type StreamTuning } from "./commands.js";
 
 /** What a path names. */
 export type EntryType = "file" | "dir" | "symlink" | "other";
 
-/** One file, directory or link (list, stat, makeDir, rename). */
+/** One file, directory or link (list, getInfo, makeDir, rename). */
 export interface EntryInfo {
   name: string;
   /** Its absolute path inside the sandbox. */
@@ -82,31 +85,6 @@ function entryInfo(w: WireFileInfo): EntryInfo {
   };
   if (w.link_target) e.linkTarget = w.link_target;
   return e;
-}
-
-/** A home directory as the sandbox's /etc/passwd names it; hostile input, so checked. */
-export function homeFromPasswd(passwd: string, user: string): string | undefined {
-  for (const line of passwd.split("\n")) {
-    const f = line.split(":");
-    if (f.length >= 7 && f[0] === user) {
-      const home = f[5]!;
-      if (home.startsWith("/") && !home.includes("\0") && !home.split("/").includes("..")) return home;
-      return undefined;
-    }
-  }
-  return undefined;
-}
-
-/**
- * joinPath makes p absolute: "~" and relative paths start from home. The
- * server refuses paths with ".." outright; they are kept for it to say so.
- */
-export function joinPath(home: string, p: string): string {
-  if (p.startsWith("/")) return p;
-  if (p === "~" || p === "" || p === ".") return home;
-  if (p.startsWith("~/")) p = p.slice(2);
-  if (p.startsWith("./")) p = p.slice(2);
-  return home.replace(/\/+$/, "") + "/" + p;
 }
 
 /** A running watch: async-iterate it for changes, stop() ends it. */
@@ -330,8 +308,8 @@ export class Files {
     return (l.entries ?? []).map(entryInfo);
   }
 
-  /** stat describes a path (a symlink itself, not its target). */
-  async stat(path: string, opts: FileOptions = {}): Promise<EntryInfo> {
+  /** getInfo describes a path (a symlink itself, not its target). */
+  async getInfo(path: string, opts: FileOptions = {}): Promise<EntryInfo> {
     return entryInfo(
       await this.t.json<WireFileInfo>("GET", this.path("fs", "stat"), {
         query: { path: await this.resolve(path, opts.user), user: opts.user },
@@ -343,7 +321,7 @@ export class Files {
   /** exists reports whether a path exists. */
   async exists(path: string, opts: FileOptions = {}): Promise<boolean> {
     try {
-      await this.stat(path, opts);
+      await this.getInfo(path, opts);
       return true;
     } catch (e) {
       if (e instanceof NotFoundError && !(e.code === "sandbox_not_found")) return false;
@@ -368,10 +346,10 @@ export class Files {
     return entryInfo(await this.t.json<WireFileInfo>("POST", this.path("fs", "move"), { json: body, signal: opts.signal }));
   }
 
-  /** remove removes a file, or a directory with everything in it (recursive: false refuses a non-empty one). */
+  /** remove removes a file or an empty directory; recursive: true removes a directory with everything in it. */
   async remove(path: string, opts: FileOptions & { recursive?: boolean } = {}): Promise<void> {
     await this.t.json("DELETE", this.path("fs"), {
-      query: { path: await this.resolve(path, opts.user), user: opts.user, recursive: (opts.recursive ?? true) || undefined },
+      query: { path: await this.resolve(path, opts.user), user: opts.user, recursive: opts.recursive || undefined },
       signal: opts.signal,
     });
   }

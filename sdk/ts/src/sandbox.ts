@@ -61,7 +61,8 @@ export interface SandboxOptions extends ConnectionOptions {
   /** Give the secrets as files /run/secrets/NAME instead of variables. */
   secretsAsFiles?: boolean;
   metadata?: Record<string, string>;
-  network?: NetworkPolicy;
+  /** "none" (the default), "open", the hosts to allow, or a whole policy. */
+  network?: NetworkPolicy | "none" | "open" | string[];
   volumes?: VolumeMount[];
   autoPause?: boolean;
   /**
@@ -129,6 +130,13 @@ function wireResources(r: Resources): WireResources {
   return w;
 }
 
+/** networkOption reads the create option's shorthands: a mode, or the hosts of an allowlist. */
+function networkOption(n: SandboxOptions["network"] & {}): NetworkPolicy {
+  if (typeof n === "string") return { mode: n };
+  if (Array.isArray(n)) return { mode: "allowlist", allow: [...n] };
+  return n as NetworkPolicy;
+}
+
 function wireNetwork(n: NetworkPolicy): WireNetwork {
   const w: WireNetwork = { mode: n.mode };
   if (n.allow !== undefined) w.allow = n.allow;
@@ -187,7 +195,7 @@ function createRequest(o: SandboxOptions): Record<string, unknown> {
   if (o.secrets !== undefined) req["secrets"] = o.secrets;
   if (o.secretsAsFiles) req["secrets_as_files"] = true;
   if (o.metadata !== undefined) req["metadata"] = o.metadata;
-  if (o.network !== undefined) req["network"] = wireNetwork(o.network);
+  if (o.network !== undefined) req["network"] = wireNetwork(networkOption(o.network));
   if (o.volumes !== undefined) {
     req["volumes"] = o.volumes.map((v) => (v.readOnly ? { name: v.name, path: v.path, read_only: true } : { name: v.name, path: v.path }));
   }
@@ -237,8 +245,8 @@ export class Sandbox {
     this.id = info.id;
     this._info = info;
     this.t = transport;
-    this.commands = new Commands(transport, info.id, tuning);
     this.files = new Files(transport, info.id, tuning);
+    this.commands = new Commands(transport, info.id, tuning, (user) => this.files.home(user));
     this.pty = new Pty(transport, info.id);
     this.code = new Code(transport, info.id);
   }
@@ -246,6 +254,16 @@ export class Sandbox {
   /** What the server said of the sandbox when this handle last asked (getInfo asks again). */
   get info(): SandboxInfo {
     return this._info;
+  }
+
+  /** The sandbox's id, as E2B's SDKs name it. */
+  get sandboxId(): string {
+    return this.id;
+  }
+
+  /** The state when this handle last asked (getInfo asks again). */
+  get state(): SandboxState {
+    return this._info.state;
   }
 
   /** The runtime the sandbox got (runc, gvisor, …). */
@@ -368,8 +386,8 @@ export class Sandbox {
     }
   }
 
-  /** setTimeout makes the sandbox expire ttl seconds from now. */
-  async setTimeout(ttl: number): Promise<SandboxInfo> {
+  /** setTtl makes the sandbox expire ttl seconds from now. */
+  async setTtl(ttl: number): Promise<SandboxInfo> {
     this._info = sandboxInfo(await this.t.json<WireSandbox>("POST", this.path("timeout"), { json: { timeout_s: ttl } }));
     return this._info;
   }
@@ -392,8 +410,8 @@ export class Sandbox {
     return networkPolicy(w);
   }
 
-  /** getMetrics returns the sandbox's resource use now. */
-  async getMetrics(): Promise<SandboxMetrics> {
+  /** metrics returns the sandbox's resource use now. */
+  async metrics(): Promise<SandboxMetrics> {
     const w = await this.t.json<Record<string, unknown>>("GET", this.path("metrics"));
     const n = (k: string) => (typeof w[k] === "number" ? (w[k] as number) : 0);
     return {

@@ -290,7 +290,7 @@ export async function acceptKey(key: string): Promise<string> {
 /** Bounds the error body of a refused handshake. */
 const MAX_ERROR_BODY = 64 << 10;
 
-async function connectBuiltin(url: string, headers: Record<string, string>, signal: AbortSignal | undefined): Promise<MessageSocket> {
+export async function connectBuiltin(url: string, headers: Record<string, string>, signal: AbortSignal | undefined): Promise<MessageSocket> {
   type Http = typeof import("node:http");
   let http: Http;
   try {
