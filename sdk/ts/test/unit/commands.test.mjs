@@ -58,7 +58,7 @@ test("run sends a shell string as shell, an argv as cmd, and closes stdin of a f
     await s.sbx.commands.run("echo $HOME", { timeout: 5, user: "root", cwd: "work", env: { A: "1" } });
     await s.sbx.commands.run(["python3", "-c", "print(1)"], { stdin: "data" });
     const [a, b] = s.seen.map((r) => JSON.parse(r.body));
-    assert.deepEqual(a, { shell: "echo $HOME", timeout_s: 5, user: "root", cwd: "work", env: { A: "1" }, stdin: "" });
+    assert.deepEqual(a, { shell: "echo $HOME", timeout_s: 5, user: "root", cwd: "/root/work", env: { A: "1" }, stdin: "" }, "a relative cwd is in the user's home");
     assert.deepEqual(b, { cmd: ["python3", "-c", "print(1)"], stdin: "data" });
     assert.equal(s.seen[0].accept, "text/event-stream");
   } finally {
