@@ -11,7 +11,9 @@ import { ConnectionError, ExecTimeoutError, AgentUnavailableError, ExecNotFoundE
 import { homeFromPasswd, joinPath } from "../../dist/files.js";
 
 const info = { id: "sbx_1", tenant: "t", template: "base", template_version: 1, runtime: "runc", state: "running", created_at: "2026-01-01T00:00:00Z" };
-const tuning = { idleMs: 300, resumeAttempts: 3, backoffMs: 10 };
+// Streams are idle after 20 s here (a loaded machine is slow, never that
+// slow); the idle test takes its own short one.
+const tuning = { idleMs: 20_000, resumeAttempts: 3, backoffMs: 10 };
 
 function sse(res) {
   res.writeHead(200, { "content-type": "text/event-stream" });
@@ -19,7 +21,7 @@ function sse(res) {
 }
 
 /** A server whose routes are handlers of "METHOD /path" (query apart); it records every request. */
-async function server(routes) {
+async function server(routes, tune = tuning) {
   const seen = [];
   const srv = http.createServer(async (req, res) => {
     const u = new URL(req.url, "http://x");
@@ -38,7 +40,7 @@ async function server(routes) {
   const sbx = new Sandbox(
     { id: "sbx_1", tenant: "t", template: "base", templateVersion: 1, runtime: "runc", state: "running", createdAt: new Date(), resources: {}, metadata: {}, network: { mode: "none" }, readyMs: 0 },
     new Transport({ url: `http://127.0.0.1:${srv.address().port}`, apiKey: "k" }),
-    tuning,
+    tune,
   );
   return { sbx, seen, close: () => srv.close() };
 }
@@ -132,7 +134,7 @@ test("a silent stream (no heartbeat) is called dead and re-attached", async () =
       send("exit", exit());
       res.end();
     },
-  });
+  }, { ...tuning, idleMs: 500 });
   try {
     const r = await s.sbx.commands.run("x");
     assert.equal(r.stdout, "late\n");
