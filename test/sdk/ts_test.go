@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/errdefs/edge"
 	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/internal/testutil/daemontest"
@@ -102,9 +104,10 @@ func tsDirs(t *testing.T) (sdk, example string) {
 	return filepath.Join(root, "sdk", "ts"), filepath.Join(root, "examples", "ts")
 }
 
-// tsRun runs a command in dir with env and fails the test with its output
-// if it fails; it returns the output.
-func tsRun(t *testing.T, timeout time.Duration, dir string, env []string, name string, args ...string) string {
+// tsExec runs a command in dir with env and returns its output (stdout
+// and stderr together) and exit code; it fails the test if the command
+// cannot run or outlives timeout.
+func tsExec(t *testing.T, timeout time.Duration, dir string, env []string, name string, args ...string) (string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -117,10 +120,21 @@ func tsRun(t *testing.T, timeout time.Duration, dir string, env []string, name s
 	if ctx.Err() != nil {
 		t.Fatalf("%s %s in %s: no end within %v\n%s", name, strings.Join(args, " "), dir, timeout, out.String())
 	}
-	if err != nil {
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
 		t.Fatalf("%s %s in %s: %v\n%s", name, strings.Join(args, " "), dir, err, out.String())
 	}
-	return out.String()
+	return out.String(), cmd.ProcessState.ExitCode()
+}
+
+// tsRun is tsExec of a command that must succeed.
+func tsRun(t *testing.T, timeout time.Duration, dir string, env []string, name string, args ...string) string {
+	t.Helper()
+	out, code := tsExec(t, timeout, dir, env, name, args...)
+	if code != 0 {
+		t.Fatalf("%s %s in %s: exit status %d\n%s", name, strings.Join(args, " "), dir, code, out)
+	}
+	return out
 }
 
 // tsNPMCI installs dir's pinned packages (package-lock.json) with `npm ci`
@@ -285,7 +299,7 @@ func TestTSBuild(t *testing.T) {
 // their node process: the server and a tenant's key, plus the keys some
 // tests need (an admin's, a tenant's with a quota of one sandbox, one with
 // a request rate limit).
-func tsEnv(t *testing.T) []string {
+func tsEnv(t *testing.T) (*daemontest.Env, []string) {
 	t.Helper()
 	testutil.RequiresBinary(t, "node")
 	e := daemontest.Start(t, daemontest.Options{Templates: []string{"code-interpreter"}, Prefix: "airlock-ts-"})
@@ -300,7 +314,7 @@ func tsEnv(t *testing.T) []string {
 	if err != nil {
 		t.Fatalf("creating the rate-limited key: %v", err)
 	}
-	return append(daemontest.CleanEnv(),
+	return e, append(daemontest.CleanEnv(),
 		"AIRLOCK_URL="+e.URL(),
 		"AIRLOCK_API_KEY="+e.Key(t, "ts-sdk"),
 		"AIRLOCK_TEST_OTHER_KEY="+e.Key(t, "ts-other"),
@@ -313,7 +327,7 @@ func tsEnv(t *testing.T) []string {
 // TestTSSDK runs the SDK's tests against a real daemon (runc sandboxes,
 // the code-interpreter template): every call of the SDK's surface.
 func TestTSSDK(t *testing.T) {
-	env := tsEnv(t)
+	_, env := tsEnv(t)
 	sdk, _ := tsDirs(t)
 	args := append([]string{"--test"}, tsTests(t, sdk, "test/daemon")...)
 	out := tsRun(t, tsSuiteTimeout, sdk, env, "node", args...)
@@ -325,16 +339,33 @@ func TestTSSDK(t *testing.T) {
 }
 
 // TestTSExample runs examples/ts (the agent flow of the seed documents,
-// the model call stubbed) against a real daemon, as a user would run it.
+// the model call stubbed) against a real daemon, as a user would run it:
+// a task whose script prints the expected JSON, one that loops past its
+// timeout and one whose output is not JSON; none leaves a sandbox behind.
 func TestTSExample(t *testing.T) {
-	env := tsEnv(t)
+	e, env := tsEnv(t)
 	_, example := tsDirs(t)
-	testutil.RequiresBinary(t, "npm")
 	// The example depends on the SDK by path: npm ci links it, offline.
 	tsNPMCI(t, example)
+
 	out := tsRun(t, tsExampleTimeout, example, env, "node", "agent.mjs")
-	t.Logf("examples/ts:\n%s", out)
-	if !strings.Contains(out, "validated") {
-		t.Fatalf("the example did not validate its script's output:\n%s", out)
+	if out != "{\"total\":25}\n" {
+		t.Fatalf("the example printed %q, want its validated result {\"total\":25}", out)
+	}
+	out, code := tsExec(t, tsExampleTimeout, example, env, "node", "agent.mjs", "loop forever", "--timeout", "2")
+	if code != 1 || !strings.Contains(out, "task timed out after 2s and was killed") {
+		t.Fatalf("a looping task: exit %d, output %q; want 1 and the timeout", code, out)
+	}
+	out, code = tsExec(t, tsExampleTimeout, example, env, "node", "agent.mjs", "say hello")
+	if code != 1 || !strings.Contains(out, "unexpected task output: not JSON") {
+		t.Fatalf("a task whose output is not JSON: exit %d, output %q; want 1 and the refusal", code, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for sb, err := range e.Admin().Sandboxes(ctx, client.ListOptions{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Errorf("the example left sandbox %s (%s) behind", sb.ID, sb.State)
 	}
 }
