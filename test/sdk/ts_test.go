@@ -253,6 +253,9 @@ func TestTSUnit(t *testing.T) {
 // (users install the package without building it) and that the shipped
 // .d.ts type-check a program that uses the SDK's whole surface.
 func TestTSBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("installs the pinned TypeScript from the npm registry; `make test` runs it")
+	}
 	testutil.RequiresBinary(t, "node")
 	sdk, _ := tsDirs(t)
 	tsNPMCI(t, sdk)

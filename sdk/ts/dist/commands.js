@@ -212,6 +212,20 @@ class Follower {
     }
     /** handle processes one event; it returns the result on exit. */
     handle(event, data) {
+        try {
+            return this.handleEvent(event, data);
+        }
+        catch (e) {
+            if (e instanceof AirlockError)
+                throw e;
+            // A malformed event: re-attaching would read it again.
+            throw new AirlockError(`exec stream: a malformed ${event} event: ${e instanceof Error ? e.message : String(e)}`, {
+                code: "internal",
+                sandboxId: this.sandboxId,
+            });
+        }
+    }
+    handleEvent(event, data) {
         switch (event) {
             case "start": {
                 const s = JSON.parse(data);
@@ -397,9 +411,14 @@ export class Commands {
         let out = { stdout: f.stdout(), stderr: f.stderr() };
         if (w.truncated) {
             // Past the cap the stream carried samples; the record holds exactly
-            // the kept head and tail of each stream.
-            const rec = await this.t.json("GET", this.path("execs", seg(w.id)));
-            out = wireOutput(rec);
+            // the kept head and tail of each stream. Without it (the sandbox went
+            // meanwhile) the samples are what there is.
+            try {
+                out = wireOutput(await this.t.json("GET", this.path("execs", seg(w.id))));
+            }
+            catch {
+                // keep the streamed output
+            }
         }
         const r = commandResult(w, out.stdout, out.stderr);
         if (r.status === "timeout")

@@ -32,6 +32,7 @@ export declare class PtyHandle {
         cols: number;
         rows: number;
     }): Promise<void>;
+    private send;
     /** kill hangs up: the server sends SIGHUP to the terminal's process tree, as a closed terminal does. */
     kill(): Promise<void>;
     /** wait resolves once the terminal's process ended (its exit code). */

@@ -49,11 +49,21 @@ export class PtyHandle {
     }
     /** sendInput types into the terminal. */
     async sendInput(data) {
-        this.sock.send(typeof data === "string" ? utf8(data) : data);
+        this.send(typeof data === "string" ? utf8(data) : data);
     }
     /** resize changes the terminal's size. */
     async resize(size) {
-        this.sock.send(JSON.stringify({ resize: { cols: size.cols, rows: size.rows } }));
+        this.send(JSON.stringify({ resize: { cols: size.cols, rows: size.rows } }));
+    }
+    send(m) {
+        try {
+            this.sock.send(m);
+        }
+        catch (e) {
+            if (e instanceof AirlockError)
+                throw e;
+            throw new ConnectionError("the terminal's connection is closed", { code: "unavailable", cause: e });
+        }
     }
     /** kill hangs up: the server sends SIGHUP to the terminal's process tree, as a closed terminal does. */
     async kill() {

@@ -295,6 +295,19 @@ class Follower {
 
   /** handle processes one event; it returns the result on exit. */
   private handle(event: string, data: string): WireExecResult | undefined {
+    try {
+      return this.handleEvent(event, data);
+    } catch (e) {
+      if (e instanceof AirlockError) throw e;
+      // A malformed event: re-attaching would read it again.
+      throw new AirlockError(`exec stream: a malformed ${event} event: ${e instanceof Error ? e.message : String(e)}`, {
+        code: "internal",
+        sandboxId: this.sandboxId,
+      });
+    }
+  }
+
+  private handleEvent(event: string, data: string): WireExecResult | undefined {
     switch (event) {
       case "start": {
         const s = JSON.parse(data) as { id?: string };
@@ -498,9 +511,13 @@ export class Commands {
     let out = { stdout: f.stdout(), stderr: f.stderr() };
     if (w.truncated) {
       // Past the cap the stream carried samples; the record holds exactly
-      // the kept head and tail of each stream.
-      const rec = await this.t.json<WireExecResult>("GET", this.path("execs", seg(w.id)));
-      out = wireOutput(rec);
+      // the kept head and tail of each stream. Without it (the sandbox went
+      // meanwhile) the samples are what there is.
+      try {
+        out = wireOutput(await this.t.json<WireExecResult>("GET", this.path("execs", seg(w.id))));
+      } catch {
+        // keep the streamed output
+      }
     }
     const r = commandResult(w, out.stdout, out.stderr);
     if (r.status === "timeout") throw timeoutError(r, this.sandboxId, timeout);

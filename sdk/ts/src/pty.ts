@@ -73,12 +73,21 @@ export class PtyHandle {
 
   /** sendInput types into the terminal. */
   async sendInput(data: string | Uint8Array): Promise<void> {
-    this.sock.send(typeof data === "string" ? utf8(data) : data);
+    this.send(typeof data === "string" ? utf8(data) : data);
   }
 
   /** resize changes the terminal's size. */
   async resize(size: { cols: number; rows: number }): Promise<void> {
-    this.sock.send(JSON.stringify({ resize: { cols: size.cols, rows: size.rows } }));
+    this.send(JSON.stringify({ resize: { cols: size.cols, rows: size.rows } }));
+  }
+
+  private send(m: string | Uint8Array): void {
+    try {
+      this.sock.send(m);
+    } catch (e) {
+      if (e instanceof AirlockError) throw e;
+      throw new ConnectionError("the terminal's connection is closed", { code: "unavailable", cause: e });
+    }
   }
 
   /** kill hangs up: the server sends SIGHUP to the terminal's process tree, as a closed terminal does. */

@@ -310,3 +310,19 @@ test("relative paths start from the home /etc/passwd names; hostile entries are 
   assert.equal(joinPath("/home/user", "."), "/home/user");
   assert.equal(joinPath("/home/user", "./z"), "/home/user/z");
 });
+
+test("a malformed event fails the run at once (re-attaching would read it again)", async () => {
+  const s = await server({
+    "POST /v1/sandboxes/sbx_1/exec": (req, res) => {
+      const send = sse(res);
+      send("start", { id: "ex_1" });
+      res.write("event: stdout\ndata: {not json\n\n");
+    },
+  });
+  try {
+    await assert.rejects(s.sbx.commands.run("x"), (e) => e.code === "internal" && /malformed stdout event/.test(e.message));
+    assert.equal(s.seen.length, 1, "no re-attach");
+  } finally {
+    s.close();
+  }
+});
