@@ -350,7 +350,7 @@ func TestReadFileBounded(t *testing.T) {
 	}
 	s := f.session(t, Options{Limits: Limits{ImageBytes: 64}})
 	var out readFileOut
-	s.ok(ToolReadFile, map[string]any{"sandbox_id": "sbx_ok", "path": "/home/user/t.txt", "max_bytes": 6}, &out)
+	s.ok(ToolReadFile, map[string]any{"sandbox_id": "sbx_ok", "path": "t.txt", "max_bytes": 6}, &out) // relative: the home
 	// "abc" + é (2 bytes) = 5 bytes; the 6th is half an é: left for the next read.
 	if out.Content != "abcé" || out.Encoding != "utf-8" || out.Bytes != 5 || !out.Truncated || out.NextOffset != 5 || out.Size != 23 {
 		t.Errorf("first read %+v", out)
@@ -406,7 +406,7 @@ func TestWriteAndListBounded(t *testing.T) {
 	}
 	var l listFilesOut
 	s.ok(ToolListFiles, map[string]any{"sandbox_id": "sbx_ok"}, &l)
-	if len(l.Entries) != 3 || l.Total != 10 || !l.Truncated || l.Path != "." {
+	if len(l.Entries) != 3 || l.Total != 10 || !l.Truncated || l.Path != "/home/user" {
 		t.Errorf("list %+v", l)
 	}
 }

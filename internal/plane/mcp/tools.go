@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -41,7 +42,17 @@ const (
 	maxListDepth = 5
 )
 
-const sandboxIDDesc = "The sandbox's id (sbx_...), as create_sandbox returned it."
+// userHome is the home of a sandbox's default user: relative paths are
+// taken from it (the API takes absolute paths only), as in the SDKs.
+const userHome = "/home/user"
+
+// absPath makes a tool's path argument absolute.
+func absPath(p string) string {
+	if p == "" || path.IsAbs(p) {
+		return p
+	}
+	return path.Join(userHome, p)
+}
 
 func ptr[T any](v T) *T { return &v }
 
@@ -185,7 +196,7 @@ func (p *plane) createSandbox(ctx context.Context, c *client.Client, in createSa
 type runCommandIn struct {
 	SandboxID string            `json:"sandbox_id" jsonschema:"The sandbox's id (sbx_...), as create_sandbox returned it."`
 	Command   string            `json:"command" jsonschema:"The command line, run by /bin/sh -c."`
-	Cwd       string            `json:"cwd,omitempty" jsonschema:"Working directory (absolute). Default: the template's, else the user's home."`
+	Cwd       string            `json:"cwd,omitempty" jsonschema:"Working directory: absolute, or relative to the sandbox user's home. Default: the template's, else the home."`
 	Env       map[string]string `json:"env,omitempty" jsonschema:"Extra environment variables for this command."`
 	User      string            `json:"user,omitempty" jsonschema:"The sandbox user to run as: user (default) or root (root of the sandbox only)."`
 	TimeoutS  float64           `json:"timeout_s,omitempty" jsonschema:"Seconds before the command and its children are killed (status timeout)."`
@@ -209,7 +220,7 @@ func (p *plane) runCommand(ctx context.Context, c *client.Client, in runCommandI
 		return nil, result{}, badArgs("command is empty")
 	}
 	req := api.ExecRequest{
-		Shell: &in.Command, Cwd: in.Cwd, Env: in.Env, User: in.User,
+		Shell: &in.Command, Cwd: absPath(in.Cwd), Env: in.Env, User: in.User,
 		TimeoutS:       &in.TimeoutS,
 		MaxOutputBytes: ptr(int64(p.limits.StreamBytes)),
 	}
@@ -460,6 +471,7 @@ func (p *plane) readFile(ctx context.Context, c *client.Client, in readFileIn) (
 	if in.Path == "" {
 		return nil, result{}, badArgs("path is empty")
 	}
+	in.Path = absPath(in.Path)
 	fi, err := c.Stat(ctx, in.SandboxID, in.Path)
 	if err != nil {
 		return nil, result{}, err
@@ -574,6 +586,7 @@ func (p *plane) writeFile(ctx context.Context, c *client.Client, in writeFileIn)
 	if in.Path == "" {
 		return nil, result{}, badArgs("path is empty")
 	}
+	in.Path = absPath(in.Path)
 	data := []byte(in.Content)
 	if in.Encoding == "base64" {
 		if base64.StdEncoding.DecodedLen(len(in.Content)) > p.limits.WriteBytes+3 {
@@ -628,8 +641,9 @@ type listFilesOut struct {
 }
 
 func (p *plane) listFiles(ctx context.Context, c *client.Client, in listFilesIn) (*listFilesOut, result, error) {
+	in.Path = absPath(in.Path)
 	if in.Path == "" {
-		in.Path = "."
+		in.Path = userHome
 	}
 	entries, err := c.List(ctx, in.SandboxID, in.Path, in.Depth)
 	if err != nil {
