@@ -206,7 +206,9 @@ func writeError(w http.ResponseWriter, status int, code, msg string, retry time.
 	w.WriteHeader(status)
 	var body api.ErrorBody
 	body.Error.Code, body.Error.Message = code, msg
-	_ = json.NewEncoder(w).Encode(body)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(body)
 }
 
 // ListenAndServe serves h on addr until ctx ends; ready (if not nil) is
