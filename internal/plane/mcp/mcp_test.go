@@ -300,7 +300,7 @@ func TestRunCodeBounded(t *testing.T) {
 		t.Fatalf("images %+v", imgs)
 	}
 	if len(out.Results) != 5 || out.Results[0].Image == "" || out.Results[0].Chart == nil ||
-		out.Results[1].Image != "" || !strings.Contains(out.Results[1].Note, "more than 200") ||
+		out.Results[1].Image != "" || !strings.Contains(out.Results[1].Note, "more than the 200 left") ||
 		!strings.Contains(out.Results[3].Note, "at most 2 images") {
 		t.Errorf("results %+v", out.Results)
 	}
@@ -310,6 +310,19 @@ func TestRunCodeBounded(t *testing.T) {
 	}
 	if out.ExecutionCount != 7 || len(out.Notes) == 0 {
 		t.Errorf("count %d notes %v", out.ExecutionCount, out.Notes)
+	}
+	// The call's total: results past it are left out with a note.
+	events = []api.CodeEvent{
+		{Type: api.CodeEventResult, Text: strings.Repeat("a", 200)},
+		{Type: api.CodeEventResult, Text: strings.Repeat("b", 200)},
+		{Type: api.CodeEventResult, Text: strings.Repeat("c", 200)},
+		{Type: api.CodeEventEnd},
+	}
+	out = runCodeOut{}
+	f.session(t, Options{Limits: Limits{TextBytes: 400, TotalBytes: 300}}).ok(ToolRunCode, map[string]any{"sandbox_id": "sbx_ok", "code": "x"}, &out)
+	if len(out.Results) != 3 || len(out.Results[0].Text) != 200 || !strings.Contains(out.Results[1].Text, "left out") ||
+		len(out.Results[1].Text) > 100+50 || out.Results[2].Text != "" || !strings.Contains(out.Results[2].Note, "spent") {
+		t.Errorf("over the call's total: %+v", out.Results)
 	}
 	// An exception: a tool error with the output and the traceback.
 	events = []api.CodeEvent{

@@ -79,6 +79,11 @@ type Limits struct {
 	Entries int
 	// WriteBytes bounds the decoded content of one write_file.
 	WriteBytes int
+	// TotalBytes bounds the results and images of one run_code call
+	// together (its stdout and stderr are bounded apart): with
+	// base64, a call's answer stays well under the 16 MiB a message may
+	// have for the Go SDK's clients.
+	TotalBytes int
 }
 
 // Default limits.
@@ -91,6 +96,7 @@ const (
 	MaxFileBytes       = 1 << 20
 	DefaultEntries     = 500
 	DefaultWriteBytes  = 8 << 20
+	DefaultTotalBytes  = 8 << 20
 )
 
 func (l Limits) withDefaults() Limits {
@@ -106,6 +112,7 @@ func (l Limits) withDefaults() Limits {
 	def(&l.FileBytes, DefaultFileBytes)
 	def(&l.Entries, DefaultEntries)
 	def(&l.WriteBytes, DefaultWriteBytes)
+	def(&l.TotalBytes, DefaultTotalBytes)
 	// The API keeps the first and last halves of a stream.
 	l.StreamBytes += l.StreamBytes % 2
 	return l

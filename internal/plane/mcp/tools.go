@@ -35,9 +35,10 @@ const (
 // Defaults of the tools' own arguments.
 const (
 	// defaultCommandTimeoutS bounds a command or a cell when the caller
-	// gives no timeout_s: MCP hosts give up on a call after a minute or
-	// so, and a command must not outlive the call that started it.
-	defaultCommandTimeoutS = 60
+	// gives no timeout_s: MCP clients give up on a call after a minute
+	// (the TypeScript SDK's default), and a command should end, with its
+	// output, before the call does.
+	defaultCommandTimeoutS = 50
 	// maxListDepth bounds list_files' depth (the entries are bounded too).
 	maxListDepth = 5
 )
@@ -338,11 +339,15 @@ type codeRender struct {
 	stdout, stderr *headTail
 	images         []sdk.Content
 	skipped        int // results past maxResults
-	imagesSkipped  int
+	// budget is what is left of lim.TotalBytes for results and images.
+	budget int
 }
 
 func newCodeRender(l Limits) *codeRender {
-	return &codeRender{lim: l, stdout: newHeadTail(l.StreamBytes), stderr: newHeadTail(l.StreamBytes), out: runCodeOut{Results: []codeResultOut{}}}
+	return &codeRender{
+		lim: l, budget: l.TotalBytes, out: runCodeOut{Results: []codeResultOut{}},
+		stdout: newHeadTail(l.StreamBytes), stderr: newHeadTail(l.StreamBytes),
+	}
 }
 
 func (r *codeRender) add(ev api.CodeEvent) {
@@ -373,22 +378,33 @@ func (r *codeRender) add(ev api.CodeEvent) {
 func (r *codeRender) result(ev api.CodeEvent) codeResultOut {
 	var notes []string
 	text := func(s, what string) string {
-		v, cut := clip(s, r.lim.TextBytes, what)
-		if cut {
-			notes = append(notes, what+" cut to "+strconv.Itoa(r.lim.TextBytes)+" bytes")
+		if s == "" {
+			return ""
 		}
+		limit := min(r.lim.TextBytes, r.budget)
+		if r.budget < 64 {
+			notes = append(notes, fmt.Sprintf("%s left out: the call's %d bytes are spent", what, r.lim.TotalBytes))
+			return ""
+		}
+		v, cut := clip(s, limit, what)
+		if cut {
+			notes = append(notes, what+" cut to "+strconv.Itoa(limit)+" bytes")
+		}
+		r.budget -= len(v)
 		return v
 	}
 	raw := func(m json.RawMessage, what string) any {
+		limit := min(r.lim.TextBytes, r.budget)
 		switch {
 		case len(m) == 0:
 			return nil
-		case len(m) > r.lim.TextBytes:
-			notes = append(notes, fmt.Sprintf("%s left out: %d bytes of JSON, more than %d", what, len(m), r.lim.TextBytes))
+		case len(m) > limit:
+			notes = append(notes, fmt.Sprintf("%s left out: %d bytes of JSON, more than %d", what, len(m), limit))
 			return nil
 		case !json.Valid(m):
 			return nil
 		}
+		r.budget -= len(m)
 		return m
 	}
 	out := codeResultOut{
@@ -419,16 +435,17 @@ func (r *codeRender) result(ev api.CodeEvent) codeResultOut {
 // bounds, and says which block it is.
 func (r *codeRender) image(b64, mime string, notes []string) (string, []string) {
 	if len(r.images) >= r.lim.Images {
-		r.imagesSkipped++
 		return "", append(notes, fmt.Sprintf("%s image left out: at most %d images per call", mime, r.lim.Images))
 	}
-	if base64.StdEncoding.DecodedLen(len(b64)) > r.lim.ImageBytes+3 {
-		return "", append(notes, fmt.Sprintf("%s image left out: about %d bytes, more than %d; save it to a file instead", mime, base64.StdEncoding.DecodedLen(len(b64)), r.lim.ImageBytes))
+	size := base64.StdEncoding.DecodedLen(len(b64))
+	if limit := min(r.lim.ImageBytes, r.budget); size > limit+3 {
+		return "", append(notes, fmt.Sprintf("%s image left out: about %d bytes, more than the %d left for it; save it to a file and read_file it instead", mime, size, limit))
 	}
 	data, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil || len(data) > r.lim.ImageBytes {
+	if err != nil {
 		return "", append(notes, mime+" image left out: not valid base64")
 	}
+	r.budget -= len(data)
 	r.images = append(r.images, &sdk.ImageContent{Data: data, MIMEType: mime})
 	return fmt.Sprintf("%s, %d bytes: image content block %d", mime, len(data), len(r.images)), notes
 }
