@@ -174,7 +174,7 @@ func TestKeyScopingOnDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() { srv.Close(); h.Close() })
 	url := srv.URL + HTTPPath
 	keyA, keyB := e.Key(t, "mcp-a"), e.Key(t, "mcp-b")
 	a, b := connectHTTP(t, url, keyA), connectHTTP(t, url, keyB)

@@ -66,7 +66,7 @@ const keyInfo = "airlock_api_key"
 // 403), and its tool calls are made with that key, so sessions of
 // different tenants never see each other's sandboxes. The process's own
 // key, if any, is never used.
-func NewHTTPHandler(o HTTPOptions) (http.Handler, error) {
+func NewHTTPHandler(o HTTPOptions) (*HTTPHandler, error) {
 	hc := o.HTTPClient
 	if hc == nil {
 		hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
@@ -107,7 +107,21 @@ func NewHTTPHandler(o HTTPOptions) (http.Handler, error) {
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
 	mux := http.NewServeMux()
 	mux.Handle(HTTPPath, keys.middleware(bind(mcpHandler)))
-	return http.NewCrossOriginProtection().Handler(mux), nil
+	return &HTTPHandler{Handler: http.NewCrossOriginProtection().Handler(mux), srv: srv}, nil
+}
+
+// HTTPHandler is the streamable-HTTP endpoint (NewHTTPHandler).
+type HTTPHandler struct {
+	http.Handler
+	srv *sdk.Server
+}
+
+// Close ends every session (their sandboxes stay, until their own TTL).
+// Call it once the HTTP server stopped taking requests.
+func (h *HTTPHandler) Close() {
+	for ss := range h.srv.Sessions() {
+		ss.Close()
+	}
 }
 
 // requestKey is the API key of the HTTP request a tool call came in.
@@ -211,14 +225,18 @@ func writeError(w http.ResponseWriter, status int, code, msg string, retry time.
 	_ = enc.Encode(body)
 }
 
-// ListenAndServe serves h on addr until ctx ends; ready (if not nil) is
-// told the address once it listens.
-func ListenAndServe(ctx context.Context, addr string, h http.Handler, ready func(net.Addr)) error {
+// ListenAndServe serves h on addr until ctx ends, then closes its
+// sessions; ready (if not nil) is told the address once it listens.
+func ListenAndServe(ctx context.Context, addr string, h *HTTPHandler, ready func(net.Addr)) error {
+	defer h.Close()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Sessions' event streams never end by themselves: closing the
+	// sessions ends them, so that Shutdown does not wait for them.
+	srv.RegisterOnShutdown(h.Close)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	if ready != nil {
@@ -229,8 +247,7 @@ func ListenAndServe(ctx context.Context, addr string, h http.Handler, ready func
 		return err
 	case <-ctx.Done():
 	}
-	// Event streams never end by themselves: give requests a moment,
-	// then close what is left.
+	// Give requests a moment, then close what is left.
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

@@ -434,7 +434,7 @@ func TestHTTPAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() { srv.Close(); h.Close() })
 	url := srv.URL + HTTPPath
 	initBody := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 	post := func(key, session, body string) *http.Response {
