@@ -153,11 +153,25 @@ func NewServer(clientFor ClientFunc, opts Options) *sdk.Server {
 // closes r or ctx ends.
 func Serve(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts Options) error {
 	s := NewServer(func(context.Context, *sdk.CallToolRequest) (*client.Client, error) { return c, nil }, opts)
-	err := s.Run(ctx, &sdk.IOTransport{Reader: io.NopCloser(r), Writer: nopWriteCloser{w}})
-	if err != nil && (errors.Is(err, io.EOF) || ctx.Err() != nil) {
-		return nil // the host closed the session, or we were told to stop
+	// As s.Run, without its error log when told to stop: a host stopping
+	// its server is no error.
+	ss, err := s.Connect(ctx, &sdk.IOTransport{Reader: io.NopCloser(r), Writer: nopWriteCloser{w}}, nil)
+	if err != nil {
+		return err
 	}
-	return err
+	ended := make(chan error, 1)
+	go func() { ended <- ss.Wait() }()
+	select {
+	case err := <-ended:
+		if errors.Is(err, io.EOF) {
+			return nil // the host closed the session
+		}
+		return err
+	case <-ctx.Done():
+		ss.Close()
+		<-ended
+		return nil
+	}
 }
 
 type nopWriteCloser struct{ io.Writer }
