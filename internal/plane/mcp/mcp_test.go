@@ -526,3 +526,15 @@ func TestBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestPanicIsToolError: a tool that panics fails its call, and the
+// session goes on.
+func TestPanicIsToolError(t *testing.T) {
+	s := connectInMemory(t, func(context.Context, *sdk.CallToolRequest) (*client.Client, error) { panic("boom") }, Options{})
+	if code, _ := s.fails(ToolKillSandbox, map[string]any{"sandbox_id": "sbx_ok"}); code != api.CodeInternal {
+		t.Errorf("panic: %s", code)
+	}
+	if code, _ := s.fails(ToolKillSandbox, map[string]any{"sandbox_id": "sbx_ok"}); code != api.CodeInternal {
+		t.Errorf("after a panic: %s", code)
+	}
+}

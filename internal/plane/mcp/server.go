@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -227,7 +228,15 @@ func addTool[In, Out any](s *sdk.Server, p *plane, spec toolSpec, h func(ctx con
 		Name: spec.name, Title: spec.title, Description: spec.description,
 		Annotations: spec.annotations, InputSchema: in, OutputSchema: out,
 	}
-	s.AddTool(tool, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	s.AddTool(tool, func(ctx context.Context, req *sdk.CallToolRequest) (res *sdk.CallToolResult, _ error) {
+		// A bug in a tool is that call's error, never the end of every
+		// session of the process.
+		defer func() {
+			if v := recover(); v != nil {
+				p.log.Error("tool panicked", "tool", spec.name, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				res = toolError(&client.APIError{Code: api.CodeInternal, Message: "the MCP server failed on this call"})
+			}
+		}()
 		var args In
 		if err := decodeArgs(req.Params.Arguments, inResolved, &args); err != nil {
 			return toolError(err), nil
