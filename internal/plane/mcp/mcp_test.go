@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -536,5 +537,40 @@ func TestPanicIsToolError(t *testing.T) {
 	}
 	if code, _ := s.fails(ToolKillSandbox, map[string]any{"sandbox_id": "sbx_ok"}); code != api.CodeInternal {
 		t.Errorf("after a panic: %s", code)
+	}
+}
+
+// TestServeAnswersBeforeEOF: a host that writes its requests and closes
+// the input (printf … | airlock mcp) still gets every answer.
+func TestServeAnswersBeforeEOF(t *testing.T) {
+	f := newFakeAPI(t)
+	f.handlers["DELETE "] = func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond) // the answer comes after the EOF
+		w.WriteHeader(http.StatusNoContent)
+	}
+	in := strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"kill_sandbox","arguments":{"sandbox_id":"sbx_ok"}}}`,
+	}, "\n") + "\n"
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := Serve(ctx, f.client(t, goodKey), strings.NewReader(in), &out, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var answers []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("stdout line %q: %v", line, err)
+		}
+		answers = append(answers, m)
+	}
+	if len(answers) != 2 || answers[1]["id"] != 2.0 || answers[1]["result"] == nil {
+		t.Fatalf("answers %v", answers)
+	}
+	if res := answers[1]["result"].(map[string]any); res["isError"] == true {
+		t.Errorf("kill_sandbox: %v", res)
 	}
 }

@@ -29,9 +29,11 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/api"
@@ -156,7 +158,8 @@ func Serve(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts
 	s := NewServer(func(context.Context, *sdk.CallToolRequest) (*client.Client, error) { return c, nil }, opts)
 	// As s.Run, without its error log when told to stop: a host stopping
 	// its server is no error.
-	ss, err := s.Connect(ctx, &sdk.IOTransport{Reader: io.NopCloser(r), Writer: nopWriteCloser{w}}, nil)
+	tr := &drainTransport{Transport: &sdk.IOTransport{Reader: io.NopCloser(r), Writer: nopWriteCloser{w}}}
+	ss, err := s.Connect(ctx, tr, nil)
 	if err != nil {
 		return err
 	}
@@ -178,6 +181,81 @@ func Serve(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts
 type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
+
+// drainTimeout bounds how long a session whose input ended still waits
+// for the answers to the requests it read (the host then sends SIGTERM).
+const drainTimeout = 2 * time.Minute
+
+// drainTransport makes the end of the input wait for the answers to the
+// requests read before it: the SDK otherwise cancels them, so that
+// `printf '…' | airlock mcp` or a host that closes stdin after its last
+// request would lose answers.
+type drainTransport struct{ sdk.Transport }
+
+func (t *drainTransport) Connect(ctx context.Context) (sdk.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	idle := make(chan struct{})
+	close(idle)
+	return &drainConn{Connection: c, idle: idle, closed: make(chan struct{})}, nil
+}
+
+// drainConn counts the calls read and the responses written.
+type drainConn struct {
+	sdk.Connection
+	mu        sync.Mutex
+	pending   int
+	idle      chan struct{} // closed while pending is 0
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (c *drainConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if err == nil {
+		if req, ok := msg.(*jsonrpc.Request); ok && req.ID.IsValid() {
+			c.mu.Lock()
+			if c.pending++; c.pending == 1 {
+				c.idle = make(chan struct{})
+			}
+			c.mu.Unlock()
+		}
+		return msg, nil
+	}
+	c.mu.Lock()
+	idle := c.idle
+	c.mu.Unlock()
+	t := time.NewTimer(drainTimeout)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-c.closed:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return nil, err
+}
+
+func (c *drainConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	err := c.Connection.Write(ctx, msg)
+	if _, ok := msg.(*jsonrpc.Response); ok {
+		c.mu.Lock()
+		if c.pending > 0 {
+			if c.pending--; c.pending == 0 {
+				close(c.idle)
+			}
+		}
+		c.mu.Unlock()
+	}
+	return err
+}
+
+func (c *drainConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Connection.Close()
+}
 
 // toolSpec describes one tool for register.
 type toolSpec struct {
