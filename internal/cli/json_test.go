@@ -81,6 +81,7 @@ func jsonCases(t *testing.T) map[string]jsonCase {
 		"airlock usage":                 {},
 		"airlock version":               {},
 		"airlock whoami":                {},
+		"airlock mcp":                   {stdin: `{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n"}, // MCP's JSON-RPC on stdout
 	}
 }
 
