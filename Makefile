@@ -11,8 +11,9 @@ LDFLAGS     := -s -w -X github.com/airlockhq/airlock/internal/version.Version=$(
 # The Go SDK and the API types are modules of their own (go.mod replaces them
 # with these directories); `go test ./...` from the root does not enter them.
 SDK_MODULES := api client
-# Host packages the daemon and the test suite need (Debian names).
-DEB_PACKAGES := runc runsc debootstrap e2fsprogs iproute2 nftables util-linux ca-certificates
+# Host packages the daemon and the test suite need (Debian names; python3 runs
+# the Python SDK's tests).
+DEB_PACKAGES := runc runsc debootstrap e2fsprogs iproute2 nftables util-linux ca-certificates python3
 
 export AIRLOCK_TEST_DATA_DIR := $(TEST_DATA)
 

@@ -45,6 +45,12 @@ const (
 	// request needs (code on a template without a kernel): use another
 	// template; retrying the same request never helps.
 	CodeTemplateUnsupported = "template_unsupported"
+	// CodeCapabilityUnsupported: 400, the sandbox's runtime cannot do what
+	// the request asks (a memory snapshot, a pause to disk or a fork on a
+	// runtime whose GET /v1/info durability says it lacks it). Never
+	// answered by doing less than asked: ask for less, or use another
+	// runtime.
+	CodeCapabilityUnsupported = "capability_unsupported"
 )
 
 // ErrorBody is the body of every non-2xx response.
@@ -118,12 +124,30 @@ type CreateSandboxRequest struct {
 	Metadata       map[string]string `json:"metadata,omitempty"`
 	Network        *Network          `json:"network,omitempty"`
 	Volumes        []VolumeMount     `json:"volumes,omitempty"`
-	AutoPause      bool              `json:"auto_pause,omitempty"`
+	// AutoPause is lifecycle.on_timeout pause under the E2B SDKs' name;
+	// it contradicting Lifecycle.OnTimeout is 400.
+	AutoPause bool `json:"auto_pause,omitempty"`
 	// WaitForTemplate makes a create whose template is being built (a
 	// shipped template's first use) wait for the build, up to 10 minutes,
 	// instead of answering template_building at once. No capacity or quota
 	// is held while it waits.
 	WaitForTemplate bool `json:"wait_for_template,omitempty"`
+	// Snapshot (snap_…, the tenant's) starts the sandbox from a snapshot
+	// instead of a template: its filesystem, and its processes with their
+	// memory when it has them. Template must then be empty or the
+	// snapshot's; the request's env, secrets, network, metadata and
+	// lifecycle apply as at any create, nothing of the snapshotted
+	// sandbox's (docs/lifecycle.md).
+	Snapshot string `json:"snapshot,omitempty"`
+	// Pool names a warm pool (PUT /v1/pools/{name}) to claim a member of;
+	// the request's other fields must agree with the pool's template,
+	// runtime and disk. Without Pool, a create that matches a pool claims
+	// from it too. A pool with no ready member falls back to a cold create.
+	Pool string `json:"pool,omitempty"`
+	// Lifecycle are the sandbox's lifecycle rules (defaults: on_timeout
+	// kill, auto_resume false, idle_timeout_s 0). AutoPause true is
+	// on_timeout pause (the E2B name).
+	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
 }
 
 // Sandbox is a sandbox as the API reports it.
@@ -141,6 +165,27 @@ type Sandbox struct {
 	Network         Network           `json:"network"`
 	ReadyMS         int64             `json:"ready_ms"`
 	Error           *SandboxError     `json:"error,omitempty"`
+	// StopReason says why a stopped (or error) sandbox stopped (Stop*:
+	// deleted, expired, oom, crashed, host, …); absent while it lives.
+	StopReason string `json:"stop_reason,omitempty"`
+	// EndedAt is when it stopped running.
+	EndedAt *time.Time `json:"ended_at,omitempty"`
+	// PausedAt is set while it is paused, PauseMemory says how (keep or
+	// disk).
+	PausedAt    *time.Time `json:"paused_at,omitempty"`
+	PauseMemory string     `json:"pause_memory,omitempty"`
+	// PausedS is the seconds it spent paused so far, the current pause
+	// included: time that did not burn timeout_s and is metered apart.
+	PausedS float64 `json:"paused_s,omitempty"`
+	// Lifecycle are its lifecycle rules, every field set.
+	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
+	// LastActivityAt is the last activity (docs/lifecycle.md) that the
+	// idle timeout counts from.
+	LastActivityAt *time.Time `json:"last_activity_at,omitempty"`
+	// Snapshot is the snapshot it started from, or was last reset to.
+	Snapshot string `json:"snapshot,omitempty"`
+	// Pool is the warm pool it was claimed from.
+	Pool string `json:"pool,omitempty"`
 }
 
 // SandboxError says why a sandbox is in state `error`.
@@ -398,6 +443,9 @@ type DriverInfo struct {
 	Description  string          `json:"description,omitempty"`
 	Capabilities json.RawMessage `json:"capabilities,omitempty"`
 	Default      bool            `json:"default,omitempty"`
+	// Durability says what the runtime keeps across pause, snapshot, fork
+	// and reset; absent from a server that serves none of them yet.
+	Durability *Durability `json:"durability,omitempty"`
 }
 
 // Limits are the server's configured limits and defaults.

@@ -34,6 +34,9 @@ type UsageAmounts struct {
 	// RunningS and PausedS are sandbox-seconds in each state.
 	RunningS float64 `json:"running_s"`
 	PausedS  float64 `json:"paused_s"`
+	// PausedDiskS is the part of PausedS paused to disk (the sandbox's RAM
+	// released: no memory is held for it).
+	PausedDiskS float64 `json:"paused_disk_s,omitempty"`
 	// VCPUAllocatedS is cpu limit x running seconds; VCPUUsedS the cpu
 	// time the sandbox's processes actually used.
 	VCPUAllocatedS float64 `json:"vcpu_allocated_s"`

@@ -1,9 +1,21 @@
 // Package client is the Go SDK of airlock's HTTP API v1 (see api/openapi.yaml).
 //
-// A Client is safe for concurrent use. Every call takes a context first and
-// returns typed values from package api; a non-2xx answer comes back as an
-// *APIError that errors.Is matches against this package's sentinels
-// (ErrNotFound, ErrQuotaExceeded, …).
+// A Sandbox is a handle on one sandbox: commands (their output returned
+// also when streamed), background commands, files by paths relative to the
+// sandbox user's home, the code interpreter, a terminal. Create makes one on
+// the server in AIRLOCK_URL with the key in AIRLOCK_API_KEY:
+//
+//	sbx, err := client.Create(ctx, client.WithTemplate("base"))
+//	if err != nil { … }
+//	defer sbx.Close()
+//	res, err := sbx.Run(ctx, "echo hi", client.WithTimeout(30*time.Second))
+//	fmt.Print(res.Stdout)
+//
+// A Client is safe for concurrent use and has a method for every call of
+// the API. Every call takes a context first and returns typed values from
+// package api; a non-2xx answer comes back as an *APIError that errors.Is
+// matches against this package's sentinels (ErrNotFound, ErrSandboxNotFound,
+// ErrQuotaExceeded, …):
 //
 //	c, err := client.New("", "", client.FromEnv())
 //	sbx, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base"})

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,14 +70,53 @@ func (c *Client) RunCodeStream(ctx context.Context, sandboxID string, req api.Co
 // Execution is the collected outcome of a cell (RunCode).
 type Execution struct {
 	// Stdout and Stderr are the cell's streams, concatenated.
-	Stdout, Stderr string
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
 	// Results are the result events in order; the main one (the last
 	// expression's value) has IsMainResult set.
-	Results []api.CodeEvent
+	Results []api.CodeEvent `json:"results"`
 	// Error is the cell's first error event, if any.
-	Error *api.CodeEvent
+	Error *api.CodeEvent `json:"error,omitempty"`
 	// ExecutionCount is the end event's count.
-	ExecutionCount int
+	ExecutionCount int `json:"execution_count"`
+}
+
+// CodeError is the exception a cell raised (Execution.Err).
+type CodeError struct {
+	Name, Value, Traceback string
+}
+
+// Error implements error: "ZeroDivisionError: division by zero".
+func (e *CodeError) Error() string {
+	if e.Value == "" {
+		return e.Name
+	}
+	return e.Name + ": " + e.Value
+}
+
+// Err returns the cell's exception as a *CodeError, or nil when it raised
+// none.
+func (e *Execution) Err() error {
+	if e.Error == nil {
+		return nil
+	}
+	return &CodeError{Name: e.Error.Name, Value: e.Error.Value, Traceback: e.Error.Traceback}
+}
+
+// PNGs returns the decoded PNG images of the results (figures), in order.
+func (e *Execution) PNGs() ([][]byte, error) {
+	var out [][]byte
+	for _, r := range e.Results {
+		if r.PNG == "" {
+			continue
+		}
+		b, err := base64.StdEncoding.DecodeString(r.PNG)
+		if err != nil {
+			return nil, fmt.Errorf("decoding a png result: %w", err)
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 // Text returns the main result's text/plain, or "".

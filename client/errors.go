@@ -36,11 +36,47 @@ var (
 	ErrUnavailable        = errors.New("unavailable")         // server unreachable, 502/504, other 503
 )
 
+// Finer errors of one API code each: an *APIError of that code matches
+// both its class above and this (errors.Is(err, ErrSandboxNotFound) and
+// errors.Is(err, ErrNotFound) for sandbox_not_found).
+var (
+	ErrSandboxNotFound  = errors.New("sandbox not found")  // 404 sandbox_not_found
+	ErrExecNotFound     = errors.New("exec not found")     // 404 exec_not_found
+	ErrTemplateNotFound = errors.New("template not found") // 404 template_not_found
+	// ErrTemplateBuilding is a create refused while its template is being
+	// built (503 template_building, with Retry-After and the build's id,
+	// BuildOf); it is also ErrUnavailable.
+	ErrTemplateBuilding = errors.New("template building")
+)
+
+// codeErrors are the finer errors by API code.
+var codeErrors = map[string]error{
+	api.CodeSandboxNotFound:  ErrSandboxNotFound,
+	api.CodeExecNotFound:     ErrExecNotFound,
+	api.CodeTemplateNotFound: ErrTemplateNotFound,
+	api.CodeTemplateBuilding: ErrTemplateBuilding,
+}
+
+// How a command ended when it did not succeed: an *ExecError matches one
+// of them (Sandbox.Run and Command.Wait return one for a timeout,
+// CommandResult.Err for every end but a zero exit). They are exec outcomes
+// (the result's status), not API errors: the call itself succeeded.
+var (
+	ErrExecTimeout = errors.New("command timed out")                     // status timeout, error_code exec_timeout
+	ErrExecKilled  = errors.New("command killed")                        // status killed (a signal, or its sandbox stopped)
+	ErrOutOfMemory = errors.New("command ran out of memory")             // status oom
+	ErrExecFailed  = errors.New("command could not start")               // status error, error_code exec_failed (exit 126/127)
+	ErrExitStatus  = errors.New("command exited with a non-zero status") // status exited, exit code not 0
+)
+
 // codeAlreadyExists is a code the server may add for ErrAlreadyExists
 // (it answers conflict today); the SDK knows it ahead.
 const codeAlreadyExists = "already_exists"
 
-// codeClass maps the API's stable error codes to classes.
+// codeClass maps the API's stable error codes to classes: the inverse of
+// the server's one table (internal/errdefs/edge, which this module cannot
+// import). A test there (TestSDKAgrees) fails when the two disagree on any
+// code the server sends.
 var codeClass = map[string]error{
 	api.CodeInvalidArgument:    ErrInvalidArgument,
 	api.CodeUnauthenticated:    ErrUnauthenticated,
@@ -67,6 +103,9 @@ var codeClass = map[string]error{
 	api.CodeUnavailable:         ErrUnavailable,
 	// The sandbox's template lacks what the request needs: change it.
 	api.CodeTemplateUnsupported: ErrInvalidArgument,
+	// The sandbox's runtime cannot do what is asked (a memory snapshot on
+	// runc): ask for less, or use another runtime.
+	api.CodeCapabilityUnsupported: ErrInvalidArgument,
 }
 
 // statusClass is the fallback for a code this SDK does not know (a newer
@@ -132,10 +171,14 @@ func (e *APIError) Class() error {
 	return statusClass(e.StatusCode)
 }
 
-// Is makes errors.Is(err, client.ErrNotFound) and friends work.
+// Is makes errors.Is(err, client.ErrNotFound) and friends work, and the
+// finer errors of one code (ErrSandboxNotFound…).
 func (e *APIError) Is(target error) bool {
 	cls := e.Class()
 	if target == cls {
+		return true
+	}
+	if fine, ok := codeErrors[e.Code]; ok && target == fine {
 		return true
 	}
 	// invalid_state is a kind of conflict (both 409).

@@ -75,3 +75,51 @@ func ExampleAPIError() {
 		return
 	}
 }
+
+// The Sandbox handle: create from the environment, run a command streaming
+// its output, read a file the command wrote, always delete.
+func ExampleCreate() {
+	ctx := context.Background()
+	sbx, err := client.Create(ctx, client.WithTemplate("base"), client.WithTTL(5*time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sbx.Close()
+
+	res, err := sbx.Run(ctx, "python3 -c 'print(6*7)' | tee out.txt", client.WithTimeout(30*time.Second),
+		client.OnStdout(func(s string) { fmt.Print(s) }))
+	if errors.Is(err, client.ErrExecTimeout) {
+		log.Fatal("timed out")
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	if res.ExitCode != 0 {
+		log.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
+	}
+	b, err := sbx.Files().Read(ctx, "out.txt") // /home/user/out.txt
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("file: %s", b)
+}
+
+// Typed errors: the class with errors.Is, the details with errors.As.
+func ExampleSandbox_errors() {
+	ctx := context.Background()
+	sbx, err := client.Create(ctx, client.WithTemplate("python"))
+	var apiErr *client.APIError
+	switch {
+	case errors.Is(err, client.ErrQuotaExceeded) && errors.As(err, &apiErr):
+		fmt.Println("over quota; retry in", apiErr.RetryAfter)
+		return
+	case err != nil:
+		log.Fatal(err)
+	}
+	defer sbx.Close()
+	cmd, err := sbx.Start(ctx, "python3 -m http.server 8000")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cmd.Kill(ctx)
+}

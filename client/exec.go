@@ -324,6 +324,7 @@ func (c *Client) attempt(ctx context.Context, st *streamState, open func(context
 		return true, err
 	}
 	r := newSSEReader(resp.Body, touch)
+	defer r.release()
 	for {
 		ev, err := r.next()
 		if err != nil {

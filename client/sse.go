@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"strings"
+	"sync"
 )
 
 // maxSSELine bounds one line of an event stream. The server sends output in
@@ -31,11 +32,25 @@ type sseReader struct {
 	touch func()
 }
 
+// sseBufs recycles the readers' buffers: an exec stream is short, and a
+// fresh 64 KiB buffer for each was most of what a command's round trip
+// allocated.
+var sseBufs = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+
 func newSSEReader(r io.Reader, touch func()) *sseReader {
 	if touch == nil {
 		touch = func() {}
 	}
-	return &sseReader{br: bufio.NewReaderSize(r, 64<<10), touch: touch}
+	br := sseBufs.Get().(*bufio.Reader)
+	br.Reset(r)
+	return &sseReader{br: br, touch: touch}
+}
+
+// release gives the reader's buffer back; the reader is not used after.
+func (r *sseReader) release() {
+	r.br.Reset(nil)
+	sseBufs.Put(r.br)
+	r.br = nil
 }
 
 // next returns the next event with data. Comments (heartbeats) and events

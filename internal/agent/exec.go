@@ -312,7 +312,7 @@ func (s *Server) startExec(req *agentproto.ExecRequest) (*execProc, error) {
 		e.mu.Lock()
 		e.result = agentproto.ExecResult{
 			ID: e.id, Status: agentproto.StatusError, ExitCode: code, Error: msg,
-			StartedAt: e.info.StartedAt, EndedAt: e.info.StartedAt,
+			StartedAt: e.info.StartedAt, EndedAt: e.info.StartedAt, Cwd: e.info.Cwd,
 		}
 		e.ended = true
 		e.mu.Unlock()
@@ -674,6 +674,7 @@ wait:
 		ID:        e.id,
 		StartedAt: e.info.StartedAt,
 		EndedAt:   st.when.UTC(),
+		Cwd:       e.info.Cwd,
 	}
 	res.DurationMS = res.EndedAt.Sub(res.StartedAt).Milliseconds()
 	ost := e.log.stats()

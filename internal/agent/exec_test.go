@@ -148,6 +148,37 @@ func TestExecEnvCwdUser(t *testing.T) {
 	}
 }
 
+// TestExecResultCwd: an exec's result names the directory it ran in, also
+// one the request did not name (the user's home, or "/" for a user without
+// one) and for a command that could not start, so that the daemon learns it
+// without asking again.
+func TestExecResultCwd(t *testing.T) {
+	testutil.RequiresRoot(t)
+	e := newEnv(t)
+	tests := []struct {
+		name   string
+		req    agentproto.ExecRequest
+		status string
+		want   string
+	}{
+		{"home", agentproto.ExecRequest{Argv: []string{"pwd"}}, agentproto.StatusExited, e.home},
+		{"no_home", agentproto.ExecRequest{Argv: []string{"pwd"}, User: "nohome"}, agentproto.StatusExited, "/"},
+		{"asked", agentproto.ExecRequest{Argv: []string{"pwd"}, Cwd: "/tmp"}, agentproto.StatusExited, "/tmp"},
+		{"not_started", agentproto.ExecRequest{Argv: []string{"/nonexistent-command"}, Cwd: "/tmp"}, agentproto.StatusError, "/tmp"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := e.run(tt.req)
+			if got.result.Status != tt.status || got.result.Cwd != tt.want {
+				t.Fatalf("status %s cwd %q (stdout %q), want %s %q", got.result.Status, got.result.Cwd, got.stdout.String(), tt.status, tt.want)
+			}
+			if tt.status == agentproto.StatusExited && got.stdout.String() != tt.want+"\n" {
+				t.Fatalf("ran in %q, result says %q", got.stdout.String(), got.result.Cwd)
+			}
+		})
+	}
+}
+
 // TestExecOffsets checks that stdout and stderr share one log with
 // consecutive offsets, in the order the output happened.
 func TestExecOffsets(t *testing.T) {

@@ -794,7 +794,9 @@ func agentError(e *agentproto.Error) error {
 }
 
 // remoteError is an error reported by the agent. It matches its errdefs class
-// with errors.Is and its *agentproto.Error with errors.As.
+// with errors.Is and its *agentproto.Error with errors.As; but for an
+// internal one, the agent's message (safe for the sandbox's user, by the
+// protocol) is its *errdefs.Public, which the planes show.
 type remoteError struct {
 	cls error
 	e   agentproto.Error
@@ -804,7 +806,12 @@ func (r *remoteError) Error() string {
 	return r.cls.Error() + ": " + r.e.Message
 }
 
-func (r *remoteError) Unwrap() []error { return []error{r.cls, &r.e} }
+func (r *remoteError) Unwrap() []error {
+	if r.cls == errdefs.ErrInternal {
+		return []error{r.cls, &r.e}
+	}
+	return []error{&errdefs.Public{Msg: r.e.Message, Err: r.cls}, &r.e}
+}
 
 // unavailable classifies a transport failure.
 func unavailable(err error) error {

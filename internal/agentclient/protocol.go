@@ -143,6 +143,8 @@ func checkResult(r *agentproto.ExecResult, id string) error {
 		return protocolError("exec %s signal %q", id, clip(r.Signal, maxShort))
 	case r.StdoutBytes < 0 || r.StderrBytes < 0 || r.DurationMS < 0:
 		return protocolError("exec %s counts %d, %d, %d ms", id, r.StdoutBytes, r.StderrBytes, r.DurationMS)
+	case len(r.Cwd) > maxPath:
+		return protocolError("exec %s cwd longer than %d bytes", id, maxPath)
 	}
 	r.Error = clip(r.Error, maxMessage)
 	return nil

@@ -256,6 +256,12 @@ type ExecResult struct {
 	// was not found or could not be run, the process could not be made.
 	// An unknown user or a missing cwd is not an exec: the request fails.
 	Error string `json:"error,omitempty"`
+	// Cwd is the directory the command ran in (or would have, for one
+	// that could not start): the request's, else the user's home, else
+	// "/". Empty when the exec failed before its directory was known, and
+	// from an agent older than this field (the field is optional: the
+	// protocol's version did not change).
+	Cwd string `json:"cwd,omitempty"`
 }
 
 // ExecInfo describes an exec in a listing.

@@ -166,7 +166,8 @@ func KeyFromRequest(r *http.Request) string {
 
 // Authenticate returns the principal of the key r presents, and takes a
 // token from that key's rate limit: a key over its limit gets a
-// *RateLimitError (class errdefs.ErrRateLimited), not its principal.
+// *RateLimitError (class errdefs.ErrRateLimited) inside an
+// *errdefs.Public with its Retry-After, not its principal.
 func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (Principal, error) {
 	secret := KeyFromRequest(r)
 	if secret == "" {
@@ -205,6 +206,9 @@ func (a *Authenticator) Check(ctx context.Context, secret string) (Principal, er
 	}
 	return Principal{KeyID: k.ID, Tenant: k.Tenant, Admin: k.Admin, RateLimit: a.limitOf(k)}, nil
 }
+
+// Key is an API key's record (never its secret), as the key routes show it.
+type Key = store.Key
 
 // Created is a newly created key with its secret, shown once.
 type Created struct {

@@ -79,7 +79,8 @@ func (a *Authenticator) take(p Principal) error {
 		return nil
 	}
 	if ok, _, wait := a.buckets.Allow(p.KeyID, l.RPS, l.Burst); !ok {
-		return &RateLimitError{Limit: l, RetryAfter: wait}
+		rle := &RateLimitError{Limit: l, RetryAfter: wait}
+		return &errdefs.Public{Msg: rle.Error(), RetryAfter: wait, Err: rle}
 	}
 	return nil
 }

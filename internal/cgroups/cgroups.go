@@ -7,7 +7,6 @@
 package cgroups
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -26,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/mountinfo"
 )
 
 // Mode is how the host mounts cgroups.
@@ -91,40 +91,29 @@ func Load() (*Hierarchy, error) {
 // Only mounts of a hierarchy's root are used (a bind of a sub-cgroup, as in a
 // container, is not where its controllers' roots live).
 func ParseMountinfo(r io.Reader) (*Hierarchy, error) {
+	mounts, err := mountinfo.Parse(r)
+	if err != nil {
+		return nil, fmt.Errorf("parsing mountinfo: %w", err)
+	}
 	h := &Hierarchy{V1: map[string]string{}}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// 35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		pf, qf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) < 5 || len(qf) < 3 {
-			continue
-		}
-		root, mnt := unescape(pf[3]), unescape(pf[4])
-		switch qf[0] {
+	for _, m := range mounts {
+		switch m.FSType {
 		case "cgroup2":
-			if h.Unified == "" && root == "/" {
-				h.Unified = mnt
+			if h.Unified == "" && m.Root == "/" {
+				h.Unified = m.Target
 			}
 		case "cgroup":
-			if root != "/" {
+			if m.Root != "/" {
 				continue
 			}
-			for _, opt := range strings.Split(qf[2], ",") {
+			for _, opt := range strings.Split(m.SuperOptions, ",") {
 				if isV1Option(opt) {
 					if _, dup := h.V1[opt]; !dup {
-						h.V1[opt] = mnt
+						h.V1[opt] = m.Target
 					}
 				}
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("parsing mountinfo: %w", err)
 	}
 	return h, nil
 }
@@ -141,25 +130,6 @@ func isV1Option(opt string) bool {
 		return false
 	}
 	return !strings.Contains(opt, "=")
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space…).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // Mode classifies the hierarchy.

@@ -52,7 +52,8 @@ missing. stdout and stderr are streamed; the value of the last expression
 is printed; images (PNG, JPEG, SVG) are saved to --save-dir when given (made
 if missing), as result-N.png and so on, N numbered on from the files already
 there: nothing is overwritten. With --json every event is printed as one
-JSON line.
+JSON line as it comes; with -o json the cell's outcome (stdout, stderr,
+results, error, execution_count) as one JSON object once it ended.
 
 A code-interpreter template that is being built (its first use builds it,
 for a few minutes) is waited for, its build's log shown on stderr.
@@ -117,6 +118,23 @@ interrupted.`,
 					return exitCodeError{exitInterrupted}
 				}
 				sandboxID = sbx.ID
+			}
+			if a.output == "json" && !jsonOut {
+				// One object once the cell ended, as exec -o json.
+				ex, err := c.RunCode(cmd.Context(), sandboxID, req, nil)
+				if err != nil {
+					return err
+				}
+				if ex.Results == nil {
+					ex.Results = []api.CodeEvent{}
+				}
+				if err := printJSON(a.stdout, ex); err != nil {
+					return err
+				}
+				if ex.Error != nil {
+					return exitCodeError{1}
+				}
+				return nil
 			}
 			failed := false
 			var saveErr error

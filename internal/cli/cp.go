@@ -47,6 +47,9 @@ copied into it under its own name; otherwise SRC is copied to DST.`,
 			case src.sandbox == "" && dst.sandbox == "":
 				return usagef("one of SRC and DST must be a sandbox path (SANDBOX:PATH)")
 			}
+			if src.sandbox != "" && dst.path == "-" && a.output == "json" {
+				return usagef("cp to - writes the copy itself on stdout: -o json does not apply")
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
@@ -221,7 +224,10 @@ func (a *app) download(ctx context.Context, c *client.Client, src location, dst 
 		if fi, err := os.Stat(dst); (err == nil && fi.IsDir()) || strings.HasSuffix(dst, "/") {
 			target = filepath.Join(dst, base)
 		}
-		return extractTar(rc, target, st.ModifiedAt)
+		if err := extractTar(rc, target, st.ModifiedAt); err != nil {
+			return err
+		}
+		return a.reportDownloaded(target, st)
 	}
 	rc, err := c.ReadFile(ctx, src.sandbox, src.path)
 	if err != nil {
@@ -236,7 +242,27 @@ func (a *app) download(ctx context.Context, c *client.Client, src location, dst 
 	if fi, err := os.Stat(dst); (err == nil && fi.IsDir()) || strings.HasSuffix(dst, "/") {
 		target = filepath.Join(dst, base)
 	}
-	return writeFileAtomic(target, rc, parseMode(st.Mode, 0o644), st.ModifiedAt)
+	if err := writeFileAtomic(target, rc, parseMode(st.Mode, 0o644), st.ModifiedAt); err != nil {
+		return err
+	}
+	return a.reportDownloaded(target, st)
+}
+
+// reportDownloaded prints, with -o json, where a download went.
+func (a *app) reportDownloaded(target string, st *api.FileInfo) error {
+	if a.output != "json" {
+		return nil
+	}
+	out := struct {
+		Path   string `json:"path"`
+		Type   string `json:"type"`
+		Size   int64  `json:"size,omitempty"`
+		Source string `json:"source"`
+	}{Path: target, Type: st.Type, Source: st.Path}
+	if fi, err := os.Stat(target); err == nil && fi.Mode().IsRegular() {
+		out.Size = fi.Size()
+	}
+	return printJSON(a.stdout, out)
 }
 
 // parseMode reads an octal mode string like "0644".

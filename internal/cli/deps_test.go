@@ -19,9 +19,22 @@ var clientDeps = []string{
 	// under /run/airlock and of cgroup directories, with no init work.
 	"github.com/airlockhq/airlock/internal/hostslot",
 	"github.com/airlockhq/airlock/internal/cgroups",
+	"github.com/airlockhq/airlock/internal/mountinfo", // cgroups finds its hierarchies in the mount table
 	"github.com/airlockhq/airlock/internal/errdefs",
 	"github.com/airlockhq/airlock/internal/lazyregexp",
 	"github.com/airlockhq/airlock/internal/version",
+	// `airlock mcp`: the MCP plane (a client of the SDK too) and the
+	// official MCP SDK with what it links (JSON schemas, its JSON codec,
+	// URI templates; oauth2's types for its auth package, no network).
+	"github.com/airlockhq/airlock/internal/plane/mcp",
+	"github.com/modelcontextprotocol/go-sdk",
+	"github.com/google/jsonschema-go",
+	"github.com/segmentio/encoding",
+	"github.com/segmentio/asm",
+	"github.com/yosida95/uritemplate/v3",
+	"golang.org/x/oauth2",
+	"golang.org/x/sync/errgroup",
+	"golang.org/x/time/rate",
 	"github.com/coder/websocket",
 	"github.com/spf13/cobra",
 	"github.com/spf13/pflag",

@@ -124,8 +124,7 @@ item is missing.`,
 				}
 			}
 			if failed > 0 {
-				fmt.Fprintf(a.stderr, "airlock: %d required check(s) failed (doctor)\n", failed)
-				return exitCodeError{exitError}
+				return codedError{code: "doctor", msg: fmt.Sprintf("%d required check(s) failed", failed)}
 			}
 			return nil
 		},

@@ -209,6 +209,8 @@ func (a *app) streamExec(ctx context.Context, c *client.Client, sandboxID string
 		if err := printJSON(a.stdout, res); err != nil {
 			return 0, err
 		}
+		code, _ := execExit(res) // the JSON says how it ended
+		return code, nil
 	}
 	return a.resultCode(res, wasInterrupted), nil
 }

@@ -251,8 +251,16 @@ func (f *fakeAPI) routes() http.Handler {
 			}
 		}
 		f.mu.Unlock()
-		if b == nil || r.Header.Get("Accept") != "text/event-stream" {
+		if b == nil {
 			fwriteErr(w, 404, api.CodeNotFound, "build not found", "")
+			return
+		}
+		if r.Header.Get("Accept") != "text/event-stream" {
+			st := api.BuildReady
+			if b.failed {
+				st = api.BuildFailed
+			}
+			fwriteJSON(w, 200, api.TemplateBuild{ID: b.id, Name: name, Version: 1, Status: st, Log: b.log})
 			return
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -266,6 +274,7 @@ func (f *fakeAPI) routes() http.Handler {
 		}
 		sse(w, "end", end)
 	})
+	f.moreRoutes(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.calls = append(f.calls, r.Method+" "+r.URL.Path)
@@ -542,4 +551,138 @@ func (f *fakeAPI) pty(w http.ResponseWriter, r *http.Request, s *api.Sandbox) {
 			}
 		}
 	}
+}
+
+// moreRoutes are the routes of the commands the other tests do not drive
+// in detail (the -o json walk calls every command): each answers with a
+// plausible body.
+func (f *fakeAPI) moreRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/sandboxes/{id}/resume", f.withSandbox(func(w http.ResponseWriter, r *http.Request, s *api.Sandbox) {
+		s.State = api.StateRunning
+		fwriteJSON(w, 200, s)
+	}))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/timeout", f.withSandbox(func(w http.ResponseWriter, r *http.Request, s *api.Sandbox) {
+		var req api.TimeoutRequest
+		if !decodeStrict(w, r, &req) {
+			return
+		}
+		exp := time.Now().Add(time.Duration(req.TimeoutS) * time.Second)
+		s.ExpiresAt = &exp
+		fwriteJSON(w, 200, s)
+	}))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/metrics", f.withSandbox(func(w http.ResponseWriter, r *http.Request, s *api.Sandbox) {
+		if r.URL.Query().Get("since") != "" {
+			fwriteJSON(w, 200, api.SandboxMetrics{})
+			return
+		}
+		fwriteJSON(w, 200, api.Metrics{CPUSeconds: 1.5, MemoryBytes: 1 << 20, UptimeS: 60})
+	}))
+	mux.HandleFunc("PUT /v1/sandboxes/{id}/network", f.withSandbox(func(w http.ResponseWriter, r *http.Request, s *api.Sandbox) {
+		var n api.Network
+		if !decodeStrict(w, r, &n) {
+			return
+		}
+		s.Network = n
+		fwriteJSON(w, 200, s)
+	}))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/previews", f.withSandbox(func(w http.ResponseWriter, r *http.Request, s *api.Sandbox) {
+		var req api.PreviewRequest
+		if !decodeStrict(w, r, &req) {
+			return
+		}
+		fwriteJSON(w, 201, api.Preview{URL: fmt.Sprintf("http://%d-%s.preview.test/", req.Port, s.ID), Token: "tok", Port: req.Port, Public: req.Public})
+	}))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/previews", f.withSandbox(func(w http.ResponseWriter, r *http.Request, s *api.Sandbox) {
+		fwriteJSON(w, 200, api.PreviewList{Previews: []api.Preview{{URL: "http://8080-" + s.ID + ".preview.test/", Port: 8080}}})
+	}))
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}/previews/{port}", f.withSandbox(func(w http.ResponseWriter, r *http.Request, s *api.Sandbox) {
+		w.WriteHeader(204)
+	}))
+	quotas := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			w.WriteHeader(204)
+			return
+		}
+		q := api.TenantQuotas{Tenant: r.PathValue("tenant"), Quota: api.Quota{Sandboxes: 10}, Default: api.Quota{Sandboxes: 10}}
+		if r.Method == http.MethodPut {
+			var o api.QuotaOverride
+			if !decodeStrict(w, r, &o) {
+				return
+			}
+			q.Override = &o
+		}
+		fwriteJSON(w, 200, q)
+	}
+	mux.HandleFunc("GET /v1/tenants/{tenant}/quotas", quotas)
+	mux.HandleFunc("PUT /v1/tenants/{tenant}/quotas", quotas)
+	mux.HandleFunc("DELETE /v1/tenants/{tenant}/quotas", quotas)
+	tpl := api.Template{Name: "base", Version: 1, Status: api.TemplateReady, Versions: []int{1}}
+	mux.HandleFunc("GET /v1/templates", func(w http.ResponseWriter, r *http.Request) {
+		fwriteJSON(w, 200, api.TemplateList{Templates: []api.Template{tpl}})
+	})
+	mux.HandleFunc("GET /v1/templates/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("name") != "base" {
+			fwriteErr(w, 404, api.CodeTemplateNotFound, "template not found", "")
+			return
+		}
+		fwriteJSON(w, 200, tpl)
+	})
+	mux.HandleFunc("DELETE /v1/templates/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("name") != "base" {
+			fwriteErr(w, 404, api.CodeTemplateNotFound, "template not found", "")
+			return
+		}
+		w.WriteHeader(204)
+	})
+	mux.HandleFunc("POST /v1/templates", func(w http.ResponseWriter, r *http.Request) {
+		var req api.TemplateBuildRequest
+		if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/") {
+			mr, err := r.MultipartReader()
+			if err != nil {
+				fwriteErr(w, 400, api.CodeInvalidArgument, "bad multipart", "")
+				return
+			}
+			for {
+				part, err := mr.NextPart()
+				if err != nil {
+					break
+				}
+				if part.FormName() == "spec" {
+					json.NewDecoder(part).Decode(&req)
+				}
+				io.Copy(io.Discard, part)
+			}
+		} else if !decodeStrict(w, r, &req) {
+			return
+		}
+		f.mu.Lock()
+		id := fmt.Sprintf("bld_%d", len(f.builds)+1)
+		f.builds[req.Name] = &fakeBuild{id: id, log: "step 1/1 FROM base\n"}
+		f.mu.Unlock()
+		fwriteJSON(w, 202, api.TemplateBuildStarted{BuildID: id, Name: req.Name, Version: 1})
+	})
+	mux.HandleFunc("DELETE /v1/keys/{kid}", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("kid") != "key_1" {
+			fwriteErr(w, 404, api.CodeNotFound, "key not found", "")
+			return
+		}
+		w.WriteHeader(204)
+	})
+	mux.HandleFunc("GET /v1/audit", func(w http.ResponseWriter, r *http.Request) {
+		fwriteJSON(w, 200, api.AuditList{Events: []api.AuditEvent{{ID: "ev_1", Type: api.AuditCreate, SandboxID: "sbx_1", Detail: json.RawMessage(`{"template":"base"}`)}}})
+	})
+	mux.HandleFunc("GET /v1/usage", func(w http.ResponseWriter, r *http.Request) {
+		fwriteJSON(w, 200, api.UsageReport{GroupBy: "sandbox", Groups: []api.UsageGroup{}})
+	})
+	mux.HandleFunc("POST /v1/sandboxes/{id}/code", f.withSandbox(func(w http.ResponseWriter, r *http.Request, s *api.Sandbox) {
+		var req api.CodeRequest
+		if !decodeStrict(w, r, &req) {
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		enc := json.NewEncoder(w)
+		enc.Encode(api.CodeEvent{Type: api.CodeEventStdout, Text: "hi\n"})
+		enc.Encode(api.CodeEvent{Type: api.CodeEventResult, IsMainResult: true, Text: "2"})
+		enc.Encode(api.CodeEvent{Type: api.CodeEventEnd, ExecutionCount: 1})
+	}))
 }

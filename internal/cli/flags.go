@@ -30,6 +30,28 @@ func parseKV(flag string, pairs []string) (map[string]string, error) {
 	return m, nil
 }
 
+// parseSecrets turns ["NAME=VALUE", "NAME", …] into a map; a NAME alone
+// takes the value of the environment variable NAME, which must be set.
+func parseSecrets(args []string, getenv func(string) string) (map[string]string, error) {
+	if len(args) == 0 {
+		return nil, nil
+	}
+	m := make(map[string]string, len(args))
+	for _, p := range args {
+		k, v, ok := strings.Cut(p, "=")
+		if k == "" {
+			return nil, usagef("--secret %q: want NAME=VALUE or NAME", p)
+		}
+		if !ok {
+			if v = getenv(k); v == "" {
+				return nil, usagef("--secret %s: $%s is not set (give NAME=VALUE, or export %s)", k, k, k)
+			}
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
 // parseSizeMB reads a size in MiB: "512" (MiB), "512M", "2G", "1.5G".
 func parseSizeMB(flag, in string) (int64, error) {
 	s := strings.TrimSpace(strings.ToUpper(in))
@@ -68,8 +90,9 @@ type createFlags struct {
 	template, runtime  string
 	cpu                float64
 	memory, disk       string
-	timeout            string
+	ttl                string
 	env, meta          []string
+	secrets            []string
 	network            string
 	allow              []string
 	idempotencyKey     string
@@ -78,17 +101,18 @@ type createFlags struct {
 	waitTemplate bool
 }
 
-// register adds the flags; ttlFlag names the time-to-live flag ("timeout"
-// for `sandbox create`, "ttl" for `run`, whose --timeout is the command's).
-func (f *createFlags) register(cmd *cobra.Command, ttlFlag string, idempotency bool) {
+// register adds the flags. The sandbox's time to live is --ttl: --timeout
+// is a command's timeout (exec, run).
+func (f *createFlags) register(cmd *cobra.Command, idempotency bool) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.template, "template", "", "template name or name@version (server default: base)")
 	fl.StringVar(&f.runtime, "runtime", "", "runtime: runc, gvisor or microvm (server default)")
 	fl.Float64Var(&f.cpu, "cpu", 0, "CPUs, e.g. 0.5")
 	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G")
 	fl.StringVar(&f.disk, "disk", "", "disk size of the writable layer, e.g. 1G")
-	fl.StringVar(&f.timeout, ttlFlag, "", "sandbox time to live, e.g. 300 or 10m (server default 300 s)")
+	fl.StringVar(&f.ttl, "ttl", "", "sandbox time to live, e.g. 300 or 10m (server default 300 s)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable KEY=VALUE for every command (repeatable)")
+	fl.StringArrayVar(&f.secrets, "secret", nil, "secret NAME=VALUE, or NAME to take $NAME of this shell: an environment variable of every command, masked in output and files (repeatable; a VALUE on the command line is visible in ps and shell history)")
 	fl.StringArrayVar(&f.meta, "meta", nil, "metadata KEY=VALUE (repeatable)")
 	fl.StringVar(&f.network, "network", "", "network mode: none, allowlist or open (server default: none)")
 	fl.StringArrayVar(&f.allow, "allow", nil, "with --network allowlist: a domain or CIDR[:port] to allow (repeatable)")
@@ -99,8 +123,9 @@ func (f *createFlags) register(cmd *cobra.Command, ttlFlag string, idempotency b
 	}
 }
 
-// request builds the create request.
-func (f *createFlags) request() (api.CreateSandboxRequest, error) {
+// request builds the create request; getenv gives the values of secrets
+// named without one.
+func (f *createFlags) request(getenv func(string) string) (api.CreateSandboxRequest, error) {
 	req := api.CreateSandboxRequest{Template: f.template, Runtime: f.runtime}
 	var res api.Resources
 	if f.cpu < 0 {
@@ -121,8 +146,8 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 	if res != (api.Resources{}) {
 		req.Resources = &res
 	}
-	if f.timeout != "" {
-		s, err := parseSeconds("ttl", f.timeout)
+	if f.ttl != "" {
+		s, err := parseSeconds("ttl", f.ttl)
 		if err != nil {
 			return req, err
 		}
@@ -133,6 +158,9 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 		return req, err
 	}
 	if req.Metadata, err = parseKV("meta", f.meta); err != nil {
+		return req, err
+	}
+	if req.Secrets, err = parseSecrets(f.secrets, getenv); err != nil {
 		return req, err
 	}
 	if f.network != "" || len(f.allow) > 0 {

@@ -119,7 +119,13 @@ func (a *app) newKeysRmCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.DeleteKey(cmd.Context(), args[0])
+			if err := c.DeleteKey(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return printJSON(a.stdout, map[string]any{"id": args[0], "revoked": true})
+			}
+			return nil
 		},
 	}
 }

@@ -87,7 +87,13 @@ sets a cookie) or as the X-Airlock-Preview-Token header; a public one needs none
 			if err != nil {
 				return err
 			}
-			return c.DeletePreview(cmd.Context(), args[0], port)
+			if err := c.DeletePreview(cmd.Context(), args[0], port); err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return printJSON(a.stdout, map[string]any{"sandbox_id": args[0], "port": port, "closed": true})
+			}
+			return nil
 		},
 	}
 	cmd.AddCommand(open, ls, closeCmd)

@@ -103,7 +103,18 @@ func (a *app) newQuotaResetCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.ClearTenantQuotas(cmd.Context(), args[0])
+			if err := c.ClearTenantQuotas(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			if a.output != "json" {
+				return nil
+			}
+			// What applies now: the server's defaults.
+			q, err := c.TenantQuotas(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(a.stdout, q)
 		},
 	}
 }

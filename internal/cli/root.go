@@ -3,6 +3,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/airlockhq/airlock/client"
 )
@@ -66,8 +68,13 @@ type app struct {
 	url    string
 	apiKey string
 	output string
+	// wantJSON is -o json as found in the arguments before cobra parses
+	// them, so that an error of parsing is JSON too.
+	wantJSON bool
 	// noKey records that no API key was found, to explain an unauthenticated answer.
 	noKey bool
+	// keySource says where the key was found (whoami).
+	keySource string
 
 	sys sysProbe // doctor's view of the host
 
@@ -105,8 +112,19 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
+// noJSON marks a command whose output cannot be JSON (a terminal, a shell
+// script): with -o json it fails at once with a usage error saying why.
+const noJSON = "airlock/no-json"
+
+// codedError is an error of the CLI's own with a code, reported as
+// "message (code)" (or in JSON) like the server's.
+type codedError struct{ code, msg string }
+
+func (e codedError) Error() string { return e.msg }
+
 // run executes args and returns the process exit code.
 func (a *app) run(ctx context.Context, args []string) int {
+	a.wantJSON = jsonRequested(args)
 	root := a.newRoot()
 	root.SetArgs(args)
 	root.SetIn(a.stdin)
@@ -124,7 +142,11 @@ func (a *app) run(ctx context.Context, args []string) int {
 	if a.noKey && errors.As(err, &ae) && ae.Code == "unauthenticated" {
 		ae.Message += "; no API key found: set AIRLOCK_API_KEY or ~/.config/airlock/key (see airlock --help)"
 	}
-	fmt.Fprintf(a.stderr, "airlock: %s\n", oneLine(err))
+	if a.jsonOut() {
+		_ = json.NewEncoder(a.stderr).Encode(errorJSON(err))
+	} else {
+		fmt.Fprintf(a.stderr, "airlock: %s\n", oneLine(err))
+	}
 	if cmd != nil && cmd.Annotations[sandboxRunner] != "" {
 		return exitAirlock
 	}
@@ -147,10 +169,64 @@ func oneLine(err error) string {
 	return strings.Join(strings.Fields(msg), " ")
 }
 
+// jsonOut reports whether the output is JSON: -o json, also when the
+// arguments could not be parsed.
+func (a *app) jsonOut() bool { return a.output == "json" || (a.output == "table" && a.wantJSON) }
+
+// jsonRequested finds -o json / --output json among args (before a --).
+func jsonRequested(args []string) bool {
+	for i, arg := range args {
+		switch {
+		case arg == "--":
+			return false
+		case arg == "-o" || arg == "--output":
+			if i+1 < len(args) && args[i+1] == "json" {
+				return true
+			}
+		case arg == "-ojson" || arg == "-o=json" || arg == "--output=json":
+			return true
+		}
+	}
+	return false
+}
+
+// jsonError is an error as -o json reports it on stderr: the API's error
+// body, with the CLI's own codes (usage, …) for errors of its own.
+type jsonError struct {
+	Error struct {
+		Code        string `json:"code"`
+		Message     string `json:"message"`
+		Status      int    `json:"status,omitempty"`
+		RequestID   string `json:"request_id,omitempty"`
+		SandboxID   string `json:"sandbox_id,omitempty"`
+		BuildID     string `json:"build_id,omitempty"`
+		RetryAfterS int64  `json:"retry_after_s,omitempty"`
+	} `json:"error"`
+}
+
+func errorJSON(err error) jsonError {
+	var out jsonError
+	var ae *client.APIError
+	if errors.As(err, &ae) {
+		out.Error.Code, out.Error.Message, out.Error.Status = ae.Code, ae.Message, ae.StatusCode
+		out.Error.RequestID, out.Error.SandboxID, out.Error.BuildID = ae.RequestID, ae.SandboxID, ae.BuildID
+		out.Error.RetryAfterS = int64(ae.RetryAfter.Seconds())
+		if out.Error.Message == "" {
+			out.Error.Message = ae.Error()
+		}
+		return out
+	}
+	out.Error.Code, out.Error.Message = localCode(err), strings.Join(strings.Fields(err.Error()), " ")
+	return out
+}
+
 // localCode names an error that did not come from the server's error body.
 func localCode(err error) string {
 	var ue usageError
+	var ce codedError
 	switch {
+	case errors.As(err, &ce):
+		return ce.code
 	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "unknown command"):
 		return "usage"
 	case isBuildFailed(err):
@@ -191,7 +267,9 @@ API key, the first found of:
 The server prints its admin key once, on its first start; store it in one of
 these places (e.g. install -m 600 /dev/stdin ~/.config/airlock/key).
 
-Errors are reported on stderr as one line "airlock: <message> (<code>)".
+Errors are reported on stderr as one line "airlock: <message> (<code>)"; with
+-o json as one JSON object {"error": {"code", "message", …}} (the API's error
+body), and every command prints JSON on stdout (see airlock help -o json).
 Exit status: 0, or 1 for an error; exec, run, code and shell exit with the
 command's own status, 124 for its timeout, 125 for an error of airlock's,
 126/127 for a command that could not start, 128+N for a command killed by
@@ -209,8 +287,32 @@ signal N (see airlock exec --help).`,
 		if a.output != "table" && a.output != "json" {
 			return usagef("--output must be table or json, not %q", a.output)
 		}
+		for c := cmd; c != nil; c = c.Parent() {
+			if why := c.Annotations[noJSON]; why != "" && a.output == "json" {
+				return usagef("%s %s: -o json does not apply", cmd.CommandPath(), why)
+			}
+		}
 		return nil
 	}
+	textHelp := root.HelpFunc()
+	root.SetHelpFunc(func(cmd *cobra.Command, args []string) {
+		if a.jsonOut() {
+			_ = printJSON(a.stdout, commandDoc(cmd))
+			return
+		}
+		textHelp(cmd, args)
+	})
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [COMMAND]…",
+		Short: "Help about any command (with -o json: its usage, flags and subcommands as JSON)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			target, rest, err := cmd.Root().Find(args)
+			if err != nil || target == nil || len(rest) > 0 {
+				return usagef("no help for %q: unknown command", strings.Join(args, " "))
+			}
+			return target.Help()
+		},
+	})
 	root.AddCommand(
 		a.newSandboxCmd(),
 		a.newExecCmd(),
@@ -221,18 +323,72 @@ signal N (see airlock exec --help).`,
 		a.newQuotaCmd(),
 		a.newPreviewCmd(),
 		a.newCodeCmd(),
+		a.newMCPCmd(),
 		a.newTemplateCmd(),
 		a.newAuditCmd(),
 		a.newUsageCmd(),
 		a.newTopCmd(),
 		a.newDoctorCmd(),
 		a.newVersionCmd(),
+		a.newWhoamiCmd(),
 	)
 	if a.serve != nil {
 		root.AddCommand(a.serve())
 	}
+	// The completion command cobra adds, made now so that it is in the
+	// tree like the others: a shell script, never JSON.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Annotations = map[string]string{noJSON: "prints a shell script"}
+		}
+	}
 	markUsageErrors(root)
 	return root
+}
+
+// cmdDoc is a command's help as -o json prints it.
+type cmdDoc struct {
+	Command     string    `json:"command"`
+	Short       string    `json:"short"`
+	Long        string    `json:"long,omitempty"`
+	Usage       string    `json:"usage"`
+	Example     string    `json:"example,omitempty"`
+	Aliases     []string  `json:"aliases,omitempty"`
+	Flags       []flagDoc `json:"flags"`
+	Subcommands []subDoc  `json:"subcommands,omitempty"`
+}
+
+type flagDoc struct {
+	Name      string `json:"name"`
+	Shorthand string `json:"shorthand,omitempty"`
+	Type      string `json:"type"`
+	Default   string `json:"default,omitempty"`
+	Usage     string `json:"usage"`
+}
+
+type subDoc struct {
+	Name  string `json:"name"`
+	Short string `json:"short"`
+}
+
+func commandDoc(cmd *cobra.Command) cmdDoc {
+	d := cmdDoc{Command: cmd.CommandPath(), Short: cmd.Short, Long: cmd.Long, Usage: cmd.UseLine(),
+		Example: cmd.Example, Aliases: cmd.Aliases, Flags: []flagDoc{}}
+	add := func(f *pflag.Flag) {
+		if f.Hidden {
+			return
+		}
+		d.Flags = append(d.Flags, flagDoc{Name: f.Name, Shorthand: f.Shorthand, Type: f.Value.Type(), Default: f.DefValue, Usage: f.Usage})
+	}
+	cmd.LocalFlags().VisitAll(add)
+	cmd.InheritedFlags().VisitAll(add)
+	for _, sub := range cmd.Commands() {
+		if sub.IsAvailableCommand() {
+			d.Subcommands = append(d.Subcommands, subDoc{Name: sub.Name(), Short: sub.Short})
+		}
+	}
+	return d
 }
 
 // groupRunE is the RunE of a command that only groups subcommands: help
@@ -276,12 +432,15 @@ func (a *app) client() (*client.Client, error) {
 // findKey returns the API key by the precedence documented in the root help.
 func (a *app) findKey() (string, error) {
 	if a.apiKey != "" {
+		a.keySource = "--api-key"
 		return a.apiKey, nil
 	}
 	if k := a.getenv(client.EnvAPIKey); k != "" {
+		a.keySource = "$" + client.EnvAPIKey
 		return k, nil
 	}
 	if f := a.getenv("AIRLOCK_API_KEY_FILE"); f != "" {
+		a.keySource = f + " ($AIRLOCK_API_KEY_FILE)"
 		return readKeyFile(f, true)
 	}
 	dir := a.getenv("XDG_CONFIG_HOME")
@@ -292,7 +451,12 @@ func (a *app) findKey() (string, error) {
 		}
 		dir = filepath.Join(home, ".config")
 	}
-	return readKeyFile(filepath.Join(dir, "airlock", "key"), false)
+	f := filepath.Join(dir, "airlock", "key")
+	k, err := readKeyFile(f, false)
+	if k != "" {
+		a.keySource = f
+	}
+	return k, err
 }
 
 // readKeyFile reads a key file. A missing default file is no key; a file

@@ -35,13 +35,14 @@ as for exec.
 
 ` + exitCodesHelp,
 		Example: `  airlock run -- python3 -c 'import sys; print(sys.version)'
-  airlock run --template python --memory 1G --timeout 2m --shell 'pip list | head'`,
+  airlock run --template python --memory 1G --ttl 10m --timeout 2m --shell 'pip list | head'
+  OPENAI_API_KEY=… airlock run --secret OPENAI_API_KEY -e MODE=test -- python3 agent.py`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			before, argv := splitDash(cmd, args)
 			if len(before) > 0 {
 				argv = append(before, argv...) // `run cmd args` without --
 			}
-			creq, err := cf.request()
+			creq, err := cf.request(a.getenv)
 			if err != nil {
 				return err
 			}
@@ -63,7 +64,7 @@ as for exec.
 			return nil
 		},
 	}
-	cf.register(cmd, "ttl", false)
+	cf.register(cmd, false)
 	ef.register(cmd, false)
 	return cmd
 }

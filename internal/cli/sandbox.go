@@ -111,8 +111,9 @@ func networkText(n api.Network) string {
 
 func (a *app) newSandboxCreateCmd() *cobra.Command {
 	var (
-		f  createFlags
-		nf netFlags
+		f          createFlags
+		nf         netFlags
+		oldTimeout string
 	)
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -123,10 +124,19 @@ builds it, for a few minutes) is waited for, its build's log shown on stderr;
 --wait-template=false fails at once with template_building instead.
 Ctrl-C deletes the sandbox once its create answered.`,
 		Args: cobra.NoArgs,
-		Example: `  airlock sandbox create --template base --memory 1G --timeout 10m --meta user=u-42
+		Example: `  airlock sandbox create --template base --memory 1G --ttl 10m --meta user=u-42
+  airlock sandbox create --secret OPENAI_API_KEY -e MODE=test   # the secret from this shell's $OPENAI_API_KEY
   SBX=$(airlock sandbox create) && airlock exec "$SBX" -- uname -a`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req, err := f.request()
+			if cmd.Flags().Changed("timeout") {
+				// --timeout is a command's timeout everywhere else.
+				if cmd.Flags().Changed("ttl") && oldTimeout != f.ttl {
+					return usagef("--timeout is the old name of --ttl: give --ttl alone")
+				}
+				fmt.Fprintln(a.stderr, "airlock: sandbox create --timeout is deprecated: use --ttl (the sandbox's time to live)")
+				f.ttl = oldTimeout
+			}
+			req, err := f.request(a.getenv)
 			if err != nil {
 				return err
 			}
@@ -157,7 +167,9 @@ Ctrl-C deletes the sandbox once its create answered.`,
 			return err
 		},
 	}
-	f.register(cmd, "timeout", true)
+	f.register(cmd, true)
+	cmd.Flags().StringVar(&oldTimeout, "timeout", "", "deprecated: --ttl")
+	_ = cmd.Flags().MarkHidden("timeout")
 	nf.register(cmd)
 	return cmd
 }
@@ -280,24 +292,19 @@ func (a *app) newSandboxRmCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var firstErr error
+			res := deleted{Deleted: []string{}}
 			for _, id := range args {
 				if err := c.DeleteSandbox(cmd.Context(), id); err != nil {
 					// Go on with the others; report every failure.
-					fmt.Fprintf(a.stderr, "airlock: %s: %s\n", id, oneLine(err))
-					if firstErr == nil {
-						firstErr = err
-					}
+					res.fail(a, id, err)
 					continue
 				}
+				res.Deleted = append(res.Deleted, id)
 				if a.output != "json" {
 					fmt.Fprintln(a.stdout, id)
 				}
 			}
-			if firstErr != nil {
-				return exitCodeError{exitError} // already reported
-			}
-			return nil
+			return a.reportDeleted(res)
 		},
 	}
 }
@@ -385,4 +392,37 @@ func (a *app) newSandboxMetricsCmd() *cobra.Command {
 			})
 		},
 	}
+}
+
+// deleted is what an rm of several things did (-o json prints it).
+type deleted struct {
+	Deleted []string     `json:"deleted"`
+	Failed  []failedItem `json:"failed,omitempty"`
+}
+
+type failedItem struct {
+	ID    string `json:"id"`
+	Error any    `json:"error"`
+}
+
+// fail records that deleting id failed; without -o json it says so at once.
+func (d *deleted) fail(a *app, id string, err error) {
+	if a.output != "json" {
+		fmt.Fprintf(a.stderr, "airlock: %s: %s\n", id, oneLine(err))
+	}
+	d.Failed = append(d.Failed, failedItem{ID: id, Error: errorJSON(err).Error})
+}
+
+// reportDeleted prints d with -o json; a failure exits 1 (each one was
+// reported).
+func (a *app) reportDeleted(d deleted) error {
+	if a.output == "json" {
+		if err := printJSON(a.stdout, d); err != nil {
+			return err
+		}
+	}
+	if len(d.Failed) > 0 {
+		return exitCodeError{exitError}
+	}
+	return nil
 }

@@ -16,7 +16,7 @@ func (a *app) newShellCmd() *cobra.Command {
 	var user, cwd string
 	cmd := &cobra.Command{
 		Use:         "shell SANDBOX [-- CMD [ARG…]]",
-		Annotations: map[string]string{sandboxRunner: "true"},
+		Annotations: map[string]string{sandboxRunner: "true", noJSON: "is an interactive terminal (use exec -o json)"},
 		Short:       "Open an interactive terminal in a sandbox",
 		Long: `Open an interactive terminal in a sandbox (a PTY over a WebSocket). The local
 terminal is put in raw mode, so Ctrl-C and friends reach the sandbox, and its

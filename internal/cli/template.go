@@ -290,19 +290,15 @@ func (a *app) newTemplateRmCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var firstErr error
+			res := deleted{Deleted: []string{}}
 			for _, ref := range args {
 				if err := c.DeleteTemplate(cmd.Context(), ref); err != nil {
-					fmt.Fprintf(a.stderr, "airlock: %s: %s\n", ref, oneLine(err))
-					if firstErr == nil {
-						firstErr = err
-					}
+					res.fail(a, ref, err)
+					continue
 				}
+				res.Deleted = append(res.Deleted, ref)
 			}
-			if firstErr != nil {
-				return exitCodeError{exitError}
-			}
-			return nil
+			return a.reportDeleted(res)
 		},
 	}
 }
@@ -319,9 +315,18 @@ func (a *app) newTemplateLogsCmd() *cobra.Command {
 				return err
 			}
 			if follow {
-				b, err := c.FollowTemplateBuild(cmd.Context(), args[0], a.stdout)
+				logw := a.stdout
+				if a.output == "json" {
+					logw = a.stderr // stdout is the build's JSON
+				}
+				b, err := c.FollowTemplateBuild(cmd.Context(), args[0], logw)
 				if err != nil {
 					return err
+				}
+				if a.output == "json" {
+					if err := printJSON(a.stdout, b); err != nil {
+						return err
+					}
 				}
 				if b.Status != api.BuildReady {
 					return buildFailedError{id: b.ID, msg: b.Error}

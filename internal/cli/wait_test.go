@@ -31,8 +31,7 @@ func TestCreateWaitsForTemplateBuild(t *testing.T) {
 			wantWaits:  []bool{false, true}},
 		{name: "run", args: []string{"run", "--template", "python", "--", "echo", "hi"}, wantStdout: "hi\n",
 			wantStderr: []string{"is being built (build bld_py", "  [  90.0s] apt-get install"}, wantWaits: []bool{false, true}},
-		{name: "code", args: []string{"code", "--template", "python", "1+1"}, wantCode: exitAirlock,
-			// The fake has no code route: the create is what is tested.
+		{name: "code", args: []string{"code", "--template", "python", "1+1"}, wantStdout: "hi\n2\n",
 			wantStderr: []string{"is being built (build bld_py", "apt-get install"}, wantWaits: []bool{false, true}},
 		{name: "failed build", args: []string{"run", "--template", "python", "--", "echo", "hi"}, failed: true, wantCode: exitAirlock,
 			wantStderr: []string{"apt-get install", "bld_py", "(build_failed)"}, wantWaits: []bool{false}},

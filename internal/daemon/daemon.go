@@ -28,7 +28,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -266,9 +265,6 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	}
 	defer rec.Close()
 
-	// The manager is made last (it needs the builder, which needs the
-	// network): network events reach it through mgr once it exists.
-	var mgr atomic.Pointer[manager.Manager]
 	// Previews listen on their own origin. A port already taken disables
 	// them with a warning rather than the whole daemon: the API matters
 	// more, and GET /v1/info-style errors (501) say why.
@@ -286,21 +282,16 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	if pln != nil {
 		closed = append(closed, pln.Addr())
 	}
-	nm, regs := newNetwork(cfg, opts, slot.Names, closed, log, &mgr, func(e network.Event) {
-		if m := mgr.Load(); m != nil {
-			m.NetworkEvent(e)
-			return
-		}
-		rec.RecordDetail(audit.Event{Time: e.Time, Type: audit.TypeEgress, SandboxID: e.SandboxID}, e, nil)
-	}, func(e pkgcache.Event) {
-		if m := mgr.Load(); m != nil {
-			m.PackageEvent(e)
-			return
-		}
-		rec.RecordDetail(audit.Event{Time: e.Time, Type: audit.TypePackageInstall, SandboxID: e.SandboxID}, e, nil)
-	})
+	// Events flow through sinks given at construction: the attribution
+	// (sandbox → tenant, template) is made first, its methods are the
+	// network's sinks, and the manager, made last, is given it too.
+	ncfg, regs := networkConfig(cfg, opts, slot.Names, closed, log)
+	attr := manager.NewAttribution(manager.AttributionConfig{Audit: rec, Registries: regs, Logger: log})
+	nm := newNetwork(ncfg, attr, log)
 	if nm != nil {
 		defer nm.Close()
+	} else {
+		regs = nil
 	}
 
 	tmpl := template.NewStore(filepath.Join(cfg.DataDir, "templates"))
@@ -318,7 +309,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 
 	var buildNet build.NetworkFunc
 	if nm != nil && rd != nil {
-		buildNet = buildNetwork(nm, regs, &mgr)
+		buildNet = buildNetwork(nm, regs, attr)
 	}
 	bld, err := newBuilder(ctx, cfg, st, tmpl, rd, buildNet, log)
 	if err != nil {
@@ -327,9 +318,16 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	defer bld.Close()
 
 	metrics := server.NewMetrics(nil)
+	// The manager hands out preview URLs of the listener as bound (a
+	// configured port 0 is known only now), or none when it is off.
+	mset := cfg
+	mset.PreviewListen = ""
+	if pln != nil {
+		mset.PreviewListen = pln.Addr().String()
+	}
 	mcfg := manager.Config{
-		Settings: cfg, Store: st, Drivers: drivers, Templates: bld, Builder: bld, Logger: log,
-		Observer: metrics, Audit: rec, DefaultNetworkMode: opts.DefaultNetworkMode,
+		Settings: mset, Store: st, Drivers: drivers, Templates: bld, Builder: bld, Logger: log,
+		Observer: metrics, Audit: rec, Attribution: attr, DefaultNetworkMode: opts.DefaultNetworkMode,
 		Network: manager.NetworkOf(nm), Registries: regs,
 	}
 	m, err := manager.New(mcfg)
@@ -337,12 +335,10 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 		return err
 	}
 	defer m.Close()
-	mgr.Store(m)
 	if err := m.Start(ctx); err != nil {
 		return err
 	}
 	if pln != nil {
-		m.SetPreviewAddr(pln.Addr().String())
 		ph := preview.New(preview.Config{Domain: cfg.PreviewDomain, Backend: m.PreviewBackend(), Logger: log.With("component", "preview")})
 		psrv := &http.Server{Handler: ph, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
@@ -352,8 +348,6 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 		}()
 		defer func() { psrv.Close(); ph.Close() }()
 		log.Info("previews", "listen", pln.Addr().String(), "domain", cfg.PreviewDomain)
-	} else {
-		m.SetPreviewAddr("")
 	}
 	// The code interpreter (one per manager: it kills kernels it does not
 	// know) and the E2B-compatible planes on the same listener. E2B access
@@ -379,13 +373,11 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	return serve(ctx, cfg, ln, srv, log, opts)
 }
 
-// newNetwork makes the daemon's one network.Manager (state in
-// <data>/network, the API's port closed to sandboxes, the host's apt
-// mirror as the debian registry set) and returns it with the registry
-// sets it enforces. Without it (opts.NoNetwork, or a host that cannot:
-// not root, no nftables) it returns nil and sandboxes get loopback only.
-func newNetwork(cfg config.Config, opts Options, names hostslot.Names, closed []net.Addr, log *slog.Logger, mgr *atomic.Pointer[manager.Manager],
-	onEvent func(network.Event), onPackage func(pkgcache.Event)) (*network.Manager, map[string][]string) {
+// networkConfig is the configuration of the daemon's one network.Manager
+// (state in <data>/network, the API's port closed to sandboxes, the host's
+// apt mirror as the debian registry set) but its event sinks, with the
+// registry sets it enforces; nil with opts.NoNetwork.
+func networkConfig(cfg config.Config, opts Options, names hostslot.Names, closed []net.Addr, log *slog.Logger) (*network.Config, map[string][]string) {
 	if opts.NoNetwork {
 		return nil, nil
 	}
@@ -402,23 +394,10 @@ func newNetwork(cfg config.Config, opts Options, names hostslot.Names, closed []
 	ncfg := network.Config{
 		StateDir:   filepath.Join(cfg.DataDir, "network"),
 		Registries: over,
-		Audit:      onEvent,
 		Logger:     log.With("component", "network"),
 		// The slot's names; every daemon's subnets stay closed.
 		Table: names.Table, IfPrefix: names.IfPrefix, Subnet: names.Subnet, LogGroup: names.LogGroup,
 		SandboxRanges: hostslot.Subnets(),
-		// A network broken from outside is wired again (audited) or,
-		// when it cannot be, its sandbox ends in error network_lost.
-		OnRepair: func(id, what string) {
-			if m := mgr.Load(); m != nil {
-				m.NetworkRepaired(id, what)
-			}
-		},
-		OnLost: func(id string, err error) {
-			if m := mgr.Load(); m != nil {
-				m.NetworkLost(id, err)
-			}
-		},
 	}
 	for _, a := range closed {
 		if ta, ok := a.(*net.TCPAddr); ok {
@@ -432,7 +411,6 @@ func newNetwork(cfg config.Config, opts Options, names hostslot.Names, closed []
 		debianMirror = mirror
 	}
 	ncfg.Upstreams = network.DefaultUpstreams(debianMirror)
-	ncfg.PackageAudit = onPackage
 	ncfg.MaxDownloadBytes = cfg.MaxDownloadMB << 20
 	if cfg.PackageCacheMB > 0 {
 		if st, err := pkgcache.OpenStore(filepath.Join(cfg.DataDir, "pkgcache"), cfg.PackageCacheMB<<20); err != nil {
@@ -449,10 +427,36 @@ func newNetwork(cfg config.Config, opts Options, names hostslot.Names, closed []
 	}
 	regs := network.DefaultRegistries(ncfg.Registries)
 	ncfg.Registries = regs
-	nm, err := network.New(ncfg)
+	return &ncfg, regs
+}
+
+// newNetwork makes the daemon's one network.Manager from ncfg, its events
+// going to attr: egress decisions and package downloads become audit
+// events of their sandbox's tenant; a network broken from outside is wired
+// again (audited) or, when it cannot be, its sandbox ends in error
+// network_lost. Without it (ncfg nil, or a host that cannot: not root, no
+// nftables) it returns nil and sandboxes get loopback only.
+func newNetwork(ncfg *network.Config, attr *manager.Attribution, log *slog.Logger) *network.Manager {
+	if ncfg == nil {
+		return nil
+	}
+	// The sinks an Options.Network hook (tests) did not set itself.
+	if ncfg.Audit == nil {
+		ncfg.Audit = attr.NetworkEvent
+	}
+	if ncfg.PackageAudit == nil {
+		ncfg.PackageAudit = attr.PackageEvent
+	}
+	if ncfg.OnRepair == nil {
+		ncfg.OnRepair = attr.NetworkRepaired
+	}
+	if ncfg.OnLost == nil {
+		ncfg.OnLost = attr.NetworkLost
+	}
+	nm, err := network.New(*ncfg)
 	if err != nil {
 		log.Warn("sandbox networking unavailable: sandboxes get loopback only", "err", err)
-		return nil, nil
+		return nil
 	}
 	// Build sandboxes a dead daemon left are destroyed by the builder's
 	// recovery; their networks go here, before any new build starts.
@@ -465,21 +469,18 @@ func newNetwork(cfg config.Config, opts Options, names hostslot.Names, closed []
 			cancel()
 		}
 	}
-	log.Info("sandbox networking ready", "registries", build.AvailableRegistries(regs))
-	return nm, regs
+	log.Info("sandbox networking ready", "registries", build.AvailableRegistries(ncfg.Registries))
+	return nm
 }
 
 // buildNetwork gives RUN steps of template builds the package registries
 // (every set that has hosts) through the network's allowlist, and
 // attributes their egress to the build's tenant in the audit trail.
-func buildNetwork(nm *network.Manager, regs map[string][]string, mgr *atomic.Pointer[manager.Manager]) build.NetworkFunc {
+func buildNetwork(nm *network.Manager, regs map[string][]string, attr *manager.Attribution) build.NetworkFunc {
 	reg := build.RegistryNetwork(nm, build.AvailableRegistries(regs))
 	return func(ctx context.Context, id string) (build.Network, func(), error) {
-		release := func() {}
-		if m := mgr.Load(); m != nil {
-			o, _ := build.OwnerOf(ctx)
-			release = m.AttributeNetwork(id, o.Tenant, o.Template)
-		}
+		o, _ := build.OwnerOf(ctx)
+		release := attr.Attribute(id, o.Tenant, o.Template)
 		n, cleanup, err := reg(ctx, id)
 		if err != nil {
 			release()

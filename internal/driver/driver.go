@@ -4,7 +4,11 @@
 // inside it and hands the caller a connection to that agent. Everything above the
 // driver (exec, files, code) talks to the agent, never to the runtime, so it is the
 // same code for every driver. Optional features are small extra interfaces found
-// by type assertion (Pauser, Stater); Capabilities says which ones a driver has.
+// by type assertion (Pauser, Stater, OOMCounter, LayerCapturer, Lister,
+// Checkpointer); Capabilities says which ones a driver has. Nothing in the
+// contract is OCI's: a driver runs a container, a user-space kernel, a
+// virtual machine or a pod, as long as it hands out a connection to the
+// agent (see docs/drivers.md).
 package driver
 
 import (
@@ -24,6 +28,9 @@ const (
 	IsolationUserspaceKernel Isolation = "userspace-kernel"
 	// IsolationVM runs the sandbox in its own virtual machine (qemu microvm).
 	IsolationVM Isolation = "vm"
+	// IsolationNone is no boundary at all: the tests' fake driver
+	// (internal/driver/fake), whose sandboxes are processes of the host.
+	IsolationNone Isolation = "none"
 )
 
 // NetworkMode is a sandbox network policy mode.
@@ -40,9 +47,12 @@ const (
 type Capabilities struct {
 	Isolation      Isolation     `json:"isolation"`
 	Pause          bool          `json:"pause"`           // implements Pauser
-	MemorySnapshot bool          `json:"memory_snapshot"` // can checkpoint process memory
+	MemorySnapshot bool          `json:"memory_snapshot"` // implements Checkpointer
 	DiskQuota      bool          `json:"disk_quota"`      // enforces Resources.DiskMB
 	NetworkModes   []NetworkMode `json:"network_modes"`
+	// LayerCapture says the driver implements LayerCapturer: template
+	// builds can run their steps on it.
+	LayerCapture bool `json:"layer_capture,omitempty"`
 	// InterfacesAtStart says the sandbox sees the network interfaces its
 	// namespace had when it started, not ones added later (gVisor's own
 	// network stack): a running sandbox of mode none cannot gain a network.
@@ -210,4 +220,59 @@ type OOMCounter interface {
 	// OOMKills returns how many of the sandbox's processes the kernel's OOM
 	// killer has killed so far.
 	OOMKills(ctx context.Context, id string) (uint64, error)
+}
+
+// LayerCapturer is implemented by drivers whose Capabilities().LayerCapture
+// is true: they hand out a stopped sandbox's writable layer, which a
+// template build turns into a template layer (internal/build). Nothing
+// above the driver knows where or how the layer is kept.
+type LayerCapturer interface {
+	// WritableLayer returns the writable layer of sandbox id, which must
+	// be stopped (Stop), so that nothing changes it while it is read; an
+	// error wrapping errdefs.ErrInvalidState if it runs. The layer stays
+	// readable until the sandbox is started again or destroyed.
+	WritableLayer(ctx context.Context, id string) (WritableLayer, error)
+}
+
+// WritableLayer is a stopped sandbox's writable layer on the host, as
+// overlayfs keeps it.
+type WritableLayer struct {
+	// Dir is the layer's directory on the host: what the sandbox changed
+	// over its template, with overlayfs whiteouts (0/0 character devices)
+	// and opaque directories (the trusted.overlay.opaque xattr). It
+	// belongs to the sandbox and is hostile: nothing in it may be followed.
+	Dir string
+	// UIDBase and IDCount map the owners: host uid (and gid) UIDBase+n is
+	// n inside the sandbox, for n below IDCount.
+	UIDBase, IDCount uint32
+	// RuntimeNames are top-level names in Dir that the runtime made
+	// (mount points a template lacked, the agent's directory), not the
+	// sandbox's processes: a capture leaves them out.
+	RuntimeNames []string
+}
+
+// Lister is implemented by drivers that can list the sandboxes they hold on
+// this host, those an earlier daemon made included: what a restarted daemon
+// sweeps when the store does not know a sandbox (template builds' own).
+type Lister interface {
+	// List returns the ids of the sandboxes created and not destroyed.
+	List(ctx context.Context) ([]string, error)
+}
+
+// Checkpointer is implemented by drivers whose Capabilities().MemorySnapshot
+// is true: a running sandbox's processes and memory are written to a host
+// directory and a sandbox is later started from it instead of from its init
+// (snapshots, pools of warm sandboxes). No driver implements it yet; see
+// docs/drivers.md for how runsc and a microVM would.
+type Checkpointer interface {
+	// Checkpoint writes the processes and memory of running sandbox id
+	// into dir, a new empty host directory of the caller's, and leaves the
+	// sandbox stopped with its storage kept (its writable layer is the
+	// checkpoint's disk).
+	Checkpoint(ctx context.Context, id, dir string) error
+	// Restore runs created sandbox id from the checkpoint in dir, in place
+	// of Start: its processes resume where Checkpoint left them. The
+	// sandbox must have been created from the same template, with the
+	// checkpointed sandbox's writable layer.
+	Restore(ctx context.Context, id, dir string) error
 }

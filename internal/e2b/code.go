@@ -90,9 +90,9 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		// Mid-stream: the status is sent; say it as an error line.
-		c, msg := classify(err)
-		h.logError(r.Context(), c.status, err)
-		enc.Encode(map[string]any{"type": "error", "name": "AirlockError", "value": msg, "traceback": ""})
+		a := classify(err)
+		h.logError(r.Context(), a.E2BStatus, err)
+		enc.Encode(map[string]any{"type": "error", "name": "AirlockError", "value": a.Message, "traceback": ""})
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/errdefs/edge"
 	"github.com/airlockhq/airlock/internal/manager"
 )
 
@@ -21,10 +22,10 @@ import (
 // lacks is permanent (400, no Retry-After).
 func TestRetryableAnswers(t *testing.T) {
 	h := &Handler{log: slog.New(slog.DiscardHandler)}
-	for _, cl := range classes {
-		t.Run(cl.msg, func(t *testing.T) {
-			err := fmt.Errorf("wrapped: %w", cl.err)
-			retryable := cl.status == http.StatusServiceUnavailable || cl.status == http.StatusTooManyRequests
+	for _, cl := range edge.Table {
+		t.Run(cl.Message, func(t *testing.T) {
+			err := fmt.Errorf("wrapped: %w", cl.Err)
+			retryable := cl.E2BStatus == http.StatusServiceUnavailable || cl.E2BStatus == http.StatusTooManyRequests
 			w := httptest.NewRecorder()
 			h.writeError(w, httptest.NewRequest("GET", "/files", nil), err)
 			if (w.Header().Get("Retry-After") != "") != retryable {

@@ -14,12 +14,11 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/agentclient"
-	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
 	pb "github.com/airlockhq/airlock/internal/e2b/envd/filesystempb"
 	"github.com/airlockhq/airlock/internal/e2b/envd/filesystempb/filesystempbconnect"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/manager"
 )
 
 // maxWatchers bounds the polled watchers (CreateWatcher) a daemon keeps, so
@@ -184,7 +183,7 @@ func errEventsLost() error {
 // watched directory dir. A rename becomes what envd (fsnotify) reports: a
 // RENAME of the old name, then a CREATE of the new one. lost is set when
 // the agent reported lost events.
-func envdEvents(dir string, evs []agentproto.WatchEvent) (out []*pb.FilesystemEvent, lost bool) {
+func envdEvents(dir string, evs []manager.WatchEvent) (out []*pb.FilesystemEvent, lost bool) {
 	name := func(p string) string {
 		if p == dir {
 			return "."
@@ -199,33 +198,33 @@ func envdEvents(dir string, evs []agentproto.WatchEvent) (out []*pb.FilesystemEv
 	}
 	for _, ev := range evs {
 		switch ev.Type {
-		case agentproto.WatchCreate:
+		case manager.WatchCreate:
 			add(ev.Path, pb.EventType_EVENT_TYPE_CREATE)
-		case agentproto.WatchWrite:
+		case manager.WatchWrite:
 			add(ev.Path, pb.EventType_EVENT_TYPE_WRITE)
-		case agentproto.WatchRemove:
+		case manager.WatchRemove:
 			add(ev.Path, pb.EventType_EVENT_TYPE_REMOVE)
-		case agentproto.WatchChmod:
+		case manager.WatchChmod:
 			add(ev.Path, pb.EventType_EVENT_TYPE_CHMOD)
-		case agentproto.WatchRename:
+		case manager.WatchRename:
 			add(ev.From, pb.EventType_EVENT_TYPE_RENAME)
 			add(ev.Path, pb.EventType_EVENT_TYPE_CREATE)
-		case agentproto.WatchOverflow:
+		case manager.WatchOverflow:
 			lost = true
 		}
 	}
 	return out, lost
 }
 
-// watchBatch is one Next of an agent watch.
+// watchBatch is one Next of a sandbox's watch.
 type watchBatch struct {
-	evs []agentproto.WatchEvent
+	evs []manager.WatchEvent
 	err error
 }
 
 // follow reads w in a goroutine until it fails or ctx ends; the channel is
 // closed after the failing batch.
-func follow(ctx context.Context, w *agentclient.Watch) <-chan watchBatch {
+func follow(ctx context.Context, w *manager.Watch) <-chan watchBatch {
 	ch := make(chan watchBatch)
 	go func() {
 		defer close(ch)
@@ -307,7 +306,7 @@ type watcher struct {
 }
 
 // collect gathers w's events until the watch ends.
-func (wt *watcher) collect(ctx context.Context, dir string, w *agentclient.Watch) {
+func (wt *watcher) collect(ctx context.Context, dir string, w *manager.Watch) {
 	for b := range follow(ctx, w) {
 		wt.mu.Lock()
 		if b.err != nil {
@@ -435,8 +434,7 @@ func (s *filesystemService) RemoveWatcher(ctx context.Context, req *connect.Requ
 func (h *Handler) auditFile(ctx context.Context, t target, d api.FileAuditDetail, err error) {
 	d.OK = err == nil
 	if err != nil {
-		c, _ := classify(err)
-		d.Code = strconv.Itoa(c.status)
+		d.Code = strconv.Itoa(classify(err).E2BStatus)
 	}
 	h.m.AuditFileOp(ctx, t.p, t.id, d)
 }

@@ -4,29 +4,29 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/manager"
 )
 
 // TestEnvdEvents checks the mapping of the agent's watch events to envd's.
 func TestEnvdEvents(t *testing.T) {
-	ev := func(typ, p, from string) agentproto.WatchEvent {
-		return agentproto.WatchEvent{Type: typ, Path: p, From: from}
+	ev := func(typ, p, from string) manager.WatchEvent {
+		return manager.WatchEvent{Type: typ, Path: p, From: from}
 	}
 	cases := []struct {
 		name string
 		dir  string
-		in   []agentproto.WatchEvent
+		in   []manager.WatchEvent
 		want string
 		lost bool
 	}{
-		{"Types", "/w", []agentproto.WatchEvent{ev("create", "/w/a", ""), ev("write", "/w/a", ""), ev("chmod", "/w/a", ""), ev("remove", "/w/a", "")},
+		{"Types", "/w", []manager.WatchEvent{ev("create", "/w/a", ""), ev("write", "/w/a", ""), ev("chmod", "/w/a", ""), ev("remove", "/w/a", "")},
 			"CREATE a,WRITE a,CHMOD a,REMOVE a", false},
-		{"RenameAsEnvd", "/w", []agentproto.WatchEvent{ev("rename", "/w/sub/new", "/w/old")},
+		{"RenameAsEnvd", "/w", []manager.WatchEvent{ev("rename", "/w/sub/new", "/w/old")},
 			"RENAME old,CREATE sub/new", false},
-		{"RootDir", "/", []agentproto.WatchEvent{ev("create", "/etc/x", "")}, "CREATE etc/x", false},
-		{"TheDirItself", "/w", []agentproto.WatchEvent{ev("remove", "/w", "")}, "REMOVE .", false},
-		{"Overflow", "/w", []agentproto.WatchEvent{ev("create", "/w/a", ""), {Type: "overflow"}}, "CREATE a", true},
-		{"UnknownIgnored", "/w", []agentproto.WatchEvent{ev("future", "/w/a", "")}, "", false},
+		{"RootDir", "/", []manager.WatchEvent{ev("create", "/etc/x", "")}, "CREATE etc/x", false},
+		{"TheDirItself", "/w", []manager.WatchEvent{ev("remove", "/w", "")}, "REMOVE .", false},
+		{"Overflow", "/w", []manager.WatchEvent{ev("create", "/w/a", ""), {Type: "overflow"}}, "CREATE a", true},
+		{"UnknownIgnored", "/w", []manager.WatchEvent{ev("future", "/w/a", "")}, "", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,7 +14,6 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
 	pb "github.com/airlockhq/airlock/internal/e2b/envd/processpb"
 	"github.com/airlockhq/airlock/internal/e2b/envd/processpb/processpbconnect"
@@ -175,7 +174,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 		ereq.PTY = true
 		opts.StdinOpen = true
 		if sz := pty.GetSize(); sz != nil && sz.GetCols() > 0 && sz.GetRows() > 0 {
-			opts.PTYSize = &agentproto.PTYSize{Cols: uint16(min(sz.GetCols(), 1<<15)), Rows: uint16(min(sz.GetRows(), 1<<15))}
+			opts.PTYSize = &manager.PTYSize{Cols: uint16(min(sz.GetCols(), 1<<15)), Rows: uint16(min(sz.GetRows(), 1<<15))}
 		}
 	}
 	ex, err := h.m.Exec(ctx, t.p, t.id, ereq, opts)
@@ -231,12 +230,12 @@ func (h *Handler) follow(ctx context.Context, p *proc, sub *manager.Subscription
 			continue
 		}
 		switch ev.Type {
-		case agentproto.EventOutput:
+		case manager.EventOutput:
 			d := &pb.ProcessEvent_DataEvent{}
 			switch ev.Stream {
-			case agentproto.StreamStderr:
+			case manager.StreamStderr:
 				d.Output = &pb.ProcessEvent_DataEvent_Stderr{Stderr: ev.Data}
-			case agentproto.StreamPTY:
+			case manager.StreamPTY:
 				d.Output = &pb.ProcessEvent_DataEvent_Pty{Pty: ev.Data}
 			default:
 				d.Output = &pb.ProcessEvent_DataEvent_Stdout{Stdout: ev.Data}
@@ -244,7 +243,7 @@ func (h *Handler) follow(ctx context.Context, p *proc, sub *manager.Subscription
 			if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: d}}); err != nil {
 				return err
 			}
-		case agentproto.EventExit:
+		case manager.EventExit:
 			p.ended()
 			if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: endEvent(ev.Result)}}); err != nil {
 				return err

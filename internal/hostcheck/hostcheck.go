@@ -10,7 +10,6 @@
 package hostcheck
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/mountinfo"
 )
 
 // settle is how long AssertNoLeaks waits for asynchronous cleanup (loop
@@ -157,33 +158,18 @@ func (s Snapshot) inRoots(p string) bool {
 }
 
 func (s Snapshot) mounts() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	all, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, x := range fields {
-			if x == "-" && i >= 6 {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || len(fields) < sep+3 {
-			continue
-		}
-		target, fstype, source := unescape(fields[4]), fields[sep+1], unescape(fields[sep+2])
-		if s.inRoots(target) || (!s.global && s.inRoots(source)) {
+	for _, m := range all {
+		if s.inRoots(m.Target) || (!s.global && s.inRoots(m.Source)) {
 			// The mount id tells a remount at the same place from a leak.
-			out = append(out, fmt.Sprintf("%s on %s type %s (id %s)", source, target, fstype, fields[0]))
+			out = append(out, fmt.Sprintf("%s on %s type %s (id %d)", m.Source, m.Target, m.FSType, m.ID))
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 func (s Snapshot) loops() ([]string, error) {
@@ -379,25 +365,4 @@ func parseStat(s string) (ppid int, comm string, ok bool) {
 	return ppid, s[open+1 : end], true
 }
 
-func under(path, root string) bool {
-	return path == root || strings.HasPrefix(path, strings.TrimSuffix(root, "/")+"/")
-}
-
-// unescape undoes mountinfo's \ooo escapes.
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+func under(path, root string) bool { return mountinfo.Under(path, root) }

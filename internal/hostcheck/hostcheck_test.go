@@ -33,22 +33,6 @@ func TestParseStat(t *testing.T) {
 	}
 }
 
-func TestUnescape(t *testing.T) {
-	tests := []struct{ name, in, want string }{
-		{"none", "/a/b", "/a/b"},
-		{"space", `/a\040b`, "/a b"},
-		{"backslash", `/a\134b`, `/a\b`},
-		{"short-tail", `/a\04`, `/a\04`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := unescape(tc.in); got != tc.want {
-				t.Errorf("unescape(%q) = %q, want %q", tc.in, got, tc.want)
-			}
-		})
-	}
-}
-
 // leakOf asserts that the snapshot reports exactly one new item of kind
 // containing want, then that undo makes it clean again.
 func leakOf(t *testing.T, s Snapshot, kind, want string, undo func()) {

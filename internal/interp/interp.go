@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/lazyregexp"
@@ -195,10 +194,10 @@ func (s *Service) Close() {
 
 // errContextNotFound is the one error for a context that does not exist
 // or belongs to another sandbox.
-var errContextNotFound = &manager.PublicError{Msg: "context not found", Err: errdefs.ErrNotFound}
+var errContextNotFound = &errdefs.Public{Msg: "context not found", Err: errdefs.ErrNotFound}
 
 func invalid(format string, args ...any) error {
-	return &manager.PublicError{Msg: fmt.Sprintf(format, args...), Err: errdefs.ErrInvalidArgument}
+	return &errdefs.Public{Msg: fmt.Sprintf(format, args...), Err: errdefs.ErrInvalidArgument}
 }
 
 // envNameRE is what an env name may be: the same rule as an exec's env.
@@ -215,7 +214,7 @@ func validateEnv(env map[string]string) error {
 		if !envNameRE.MatchString(k) {
 			return invalid("env name %q is not a valid variable name", truncate(k, 64))
 		}
-		if k == agentproto.ExecIDEnv {
+		if k == manager.ExecIDEnv {
 			return invalid("env name %s is reserved", k)
 		}
 		if strings.IndexByte(v, 0) >= 0 {
@@ -224,7 +223,7 @@ func validateEnv(env map[string]string) error {
 		size += len(k) + len(v)
 	}
 	if size > MaxEnvBytes {
-		return &manager.PublicError{Msg: fmt.Sprintf("env is larger than %d bytes", MaxEnvBytes), Err: errdefs.ErrTooLarge}
+		return &errdefs.Public{Msg: fmt.Sprintf("env is larger than %d bytes", MaxEnvBytes), Err: errdefs.ErrTooLarge}
 	}
 	return nil
 }
@@ -268,7 +267,7 @@ func (s *Service) sandbox(ctx context.Context, p auth.Principal, id string) (*sa
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, &manager.PublicError{Msg: "server is shutting down", Err: errdefs.ErrUnavailable}
+		return nil, &errdefs.Public{Msg: "server is shutting down", Err: errdefs.ErrUnavailable}
 	}
 	if sc, ok := s.sandboxes[id]; ok {
 		s.mu.Unlock()
@@ -320,7 +319,7 @@ func (s *Service) sandbox(ctx context.Context, p auth.Principal, id string) (*sa
 // newContext adds a context to sc; call with s.mu held.
 func (s *Service) newContext(sc *sandboxCtxs, sandboxID, lang, cwd string, dflt bool) (*kctx, error) {
 	if len(sc.contexts) >= MaxContexts {
-		return nil, &manager.PublicError{Msg: fmt.Sprintf("a sandbox has at most %d contexts", MaxContexts), Err: errdefs.ErrQuotaExceeded}
+		return nil, &errdefs.Public{Msg: fmt.Sprintf("a sandbox has at most %d contexts", MaxContexts), Err: errdefs.ErrQuotaExceeded}
 	}
 	k := newKctx(s, sandboxID, auth.RandomID("ctx_", 12), lang, cwd, dflt)
 	sc.contexts[k.id] = k
@@ -463,7 +462,7 @@ type RunRequest = api.CodeRequest
 // (the client left) interrupts the cell and is returned.
 func (s *Service) Run(ctx context.Context, p auth.Principal, id string, req RunRequest, emit func(api.CodeEvent) error) error {
 	if len(req.Code) > MaxCodeBytes {
-		return &manager.PublicError{Msg: fmt.Sprintf("code is larger than %d bytes", MaxCodeBytes), Err: errdefs.ErrTooLarge}
+		return &errdefs.Public{Msg: fmt.Sprintf("code is larger than %d bytes", MaxCodeBytes), Err: errdefs.ErrTooLarge}
 	}
 	if strings.IndexByte(req.Code, 0) >= 0 {
 		return invalid("code contains a NUL byte")

@@ -8,37 +8,12 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-const (
-	// ownerRetention is how long a sandbox's tenant, template and secrets'
-	// redactor are remembered after it stopped being live: network events
-	// of its last connections (reported when they close, and by the packet
-	// filter's log reader) arrive a little after its teardown.
-	ownerRetention = 2 * time.Minute
-	// auditFlushTimeout bounds how long a read of the trail waits for
-	// events already queued to be written (read your own writes).
-	auditFlushTimeout = 2 * time.Second
-)
-
-// owner is whom a sandbox's audit events belong to.
-type owner struct {
-	tenant   string
-	template string
-	red      *redactor
-	// gone is when the sandbox stopped being live (zero while it is, or
-	// while an attribution is held).
-	gone time.Time
-}
-
-func (o owner) redact() audit.Redactor {
-	if o.red.empty() {
-		return nil
-	}
-	return o.red.redactString
-}
+// auditFlushTimeout bounds how long a read of the trail waits for events
+// already queued to be written (read your own writes).
+const auditFlushTimeout = 2 * time.Second
 
 // redact is the sandbox's secrets' redactor for audit details.
 func (sb *sandbox) redact() audit.Redactor {
@@ -63,95 +38,31 @@ func (m *Manager) recordEvent(ctx context.Context, sb *sandbox, typ string, deta
 	}, detail, sb.redact())
 }
 
-// ownerOf finds whom sandbox id's events belong to: a live sandbox, one
-// that recently stopped, or an attributed one (build sandboxes).
-func (m *Manager) ownerOf(id string) (owner, bool) {
-	m.mu.Lock()
-	sb := m.live[id]
-	m.mu.Unlock()
-	if sb != nil {
-		sb.mu.Lock()
-		tmpl := sb.rec.Template
-		sb.mu.Unlock()
-		return owner{tenant: sb.tenant, template: tmpl, red: sb.red}, true
+// finishExec writes an exec's end to its record and records its audit
+// event: every exec's record is written once at its end, whichever path
+// ends it, and that write is its audit event (with the request that
+// started it, which the record keeps). Its argv and error are masked
+// already; masking again is harmless.
+func (m *Manager) finishExec(ctx context.Context, sb *sandbox, e store.Exec, events []byte) error {
+	rid, err := m.store.FinishExec(ctx, e, events)
+	if err != nil || m.audit == nil {
+		return err
 	}
-	m.ownersMu.Lock()
-	defer m.ownersMu.Unlock()
-	o, ok := m.owners[id]
-	return o, ok
-}
-
-// setOwner remembers o for id, pruning entries past their retention.
-func (m *Manager) setOwner(id string, o owner) {
-	m.ownersMu.Lock()
-	defer m.ownersMu.Unlock()
-	now := m.now()
-	for k, v := range m.owners {
-		if !v.gone.IsZero() && now.Sub(v.gone) > ownerRetention {
-			delete(m.owners, k)
-		}
-	}
-	m.owners[id] = o
-}
-
-// rememberOwner keeps a sandbox that stops being live attributable for a
-// while.
-func (m *Manager) rememberOwner(sb *sandbox) {
-	if m.audit == nil {
-		return
-	}
-	sb.mu.Lock()
-	tmpl := sb.rec.Template
-	sb.mu.Unlock()
-	m.setOwner(sb.id, owner{tenant: sb.tenant, template: tmpl, red: sb.red, gone: m.now()})
-}
-
-// AttributeNetwork makes the audit events of sandbox id (one the manager
-// does not run: a template build's) belong to tenant and template until
-// release is called (and ownerRetention after).
-func (m *Manager) AttributeNetwork(id, tenant, template string) (release func()) {
-	if m.audit == nil {
-		return func() {}
-	}
-	m.setOwner(id, owner{tenant: tenant, template: template})
-	return func() { m.setOwner(id, owner{tenant: tenant, template: template, gone: m.now()}) }
-}
-
-// execEnded records an exec's audit event (the store's exec hook: every
-// exec record written at its end). Its argv and error are masked already;
-// masking again is harmless.
-func (m *Manager) execEnded(e store.Exec) {
-	if m.audit == nil {
-		return
-	}
-	o, _ := m.ownerOf(e.SandboxID)
 	at := m.now()
 	if e.EndedAt != nil {
 		at = *e.EndedAt
 	}
+	sb.mu.Lock()
+	tmpl := sb.rec.Template
+	sb.mu.Unlock()
 	m.audit.RecordDetail(audit.Event{
-		Time: at, Type: audit.TypeExec, Tenant: e.Tenant, SandboxID: e.SandboxID, Template: o.template, RequestID: e.RequestID,
+		Time: at, Type: audit.TypeExec, Tenant: e.Tenant, SandboxID: e.SandboxID, Template: tmpl, RequestID: rid,
 	}, api.ExecAuditDetail{
 		ExecID: e.ID, Cmd: e.Argv, Shell: e.Shell, User: e.User, Cwd: e.Cwd, PTY: e.PTY, Status: e.Status,
 		ExitCode: e.ExitCode, Signal: e.Signal, Error: e.Error, StartedAt: e.StartedAt, EndedAt: e.EndedAt,
 		DurationMS: e.DurationMS, StdoutB: e.StdoutBytes, StderrB: e.StderrBytes, Truncated: e.Truncated,
-	}, o.redact())
-}
-
-// NetworkEvent records a network decision (network.Config.Audit). It is
-// called from the network package's goroutines and only queues. The
-// domain is masked too: a secret may leave as a DNS name.
-func (m *Manager) NetworkEvent(ev network.Event) {
-	if m.audit == nil {
-		return
-	}
-	o, _ := m.ownerOf(ev.SandboxID)
-	m.audit.RecordDetail(audit.Event{
-		Time: ev.Time, Type: audit.TypeEgress, Tenant: o.tenant, SandboxID: ev.SandboxID, Template: o.template,
-	}, api.EgressAuditDetail{
-		Kind: ev.Kind, Domain: ev.Domain, IP: ev.IP, Port: ev.Port, Proto: ev.Proto, Allowed: ev.Allowed,
-		Reason: ev.Reason, BytesIn: ev.BytesIn, BytesOut: ev.BytesOut, Registry: m.registryOf(ev.Domain),
-	}, o.redact())
+	}, sb.redact())
+	return nil
 }
 
 // AuditFileOp records a file operation p asked for on sandbox id (the

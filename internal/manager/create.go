@@ -199,6 +199,7 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	existing, err := m.store.CreateSandbox(ctx, rec, idem)
 	if err == nil {
 		m.live[id] = sb
+		m.attr.live(sb)
 	}
 	m.mu.Unlock()
 	release() // the record now keeps the template version alive
@@ -353,7 +354,7 @@ func (m *Manager) failCreate(ctx context.Context, sb *sandbox, cause error, idem
 			m.log.Warn("forgetting idempotency key", "sandbox_id", sb.id, "err", err)
 		}
 	}
-	m.rememberOwner(sb)
+	m.attr.gone(sb)
 	m.mu.Lock()
 	delete(m.live, sb.id)
 	m.mu.Unlock()

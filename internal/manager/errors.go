@@ -2,41 +2,27 @@ package manager
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
-// Specific not-found errors, so the HTTP edge can tell sandbox_not_found
-// from exec_not_found and template_not_found. Each wraps errdefs.ErrNotFound.
+// Specific classes, so the planes can tell sandbox_not_found from
+// exec_not_found and template_not_found, agent_unavailable and the
+// template build refusals from other errors. They are errdefs's: the
+// names here are kept for the manager's callers.
 var (
-	ErrSandboxNotFound  = fmt.Errorf("%w: sandbox", errdefs.ErrNotFound)
-	ErrExecNotFound     = fmt.Errorf("%w: exec", errdefs.ErrNotFound)
-	ErrTemplateNotFound = fmt.Errorf("%w: template", errdefs.ErrNotFound)
+	ErrSandboxNotFound     = errdefs.ErrSandboxNotFound
+	ErrExecNotFound        = errdefs.ErrExecNotFound
+	ErrTemplateNotFound    = errdefs.ErrTemplateNotFound
+	ErrAgentUnavailable    = errdefs.ErrAgentUnavailable
+	ErrTemplateBuilding    = errdefs.ErrTemplateBuilding
+	ErrTemplateBuildFailed = errdefs.ErrTemplateBuildFailed
 )
 
-// PublicError carries a message that is safe to show to the API client
-// (no host paths, no secrets) apart from the error chain that is logged.
-// Its class (errdefs) is found through Err.
-type PublicError struct {
-	// Msg is the client-facing message: short, lowercase.
-	Msg string
-	// RetryAfter, when set, is sent as the Retry-After header.
-	RetryAfter time.Duration
-	// Err is the classified cause.
-	Err error
-}
-
-// Error returns the full message for logs.
-func (e *PublicError) Error() string {
-	if e.Err == nil {
-		return e.Msg
-	}
-	return e.Msg + ": " + e.Err.Error()
-}
-
-// Unwrap returns the cause.
-func (e *PublicError) Unwrap() error { return e.Err }
+// PublicError is the one client-safe error (errdefs.Public): a message
+// safe to show to the API client (no host paths, no secrets) apart from
+// the error chain that is logged, its class found through Err.
+type PublicError = errdefs.Public
 
 // public returns a PublicError of class cls whose message is the formatted
 // text.

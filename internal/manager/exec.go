@@ -45,11 +45,6 @@ const (
 	retainMaxBytes = 256 << 10
 )
 
-// ErrAgentUnavailable is the class of a call that a running sandbox's agent
-// did not answer (the API's agent_unavailable); it wraps
-// errdefs.ErrUnavailable.
-var ErrAgentUnavailable = fmt.Errorf("%w: sandbox agent", errdefs.ErrUnavailable)
-
 var (
 	userRE   = lazyregexp.New(`^[a-z_][a-z0-9_-]{0,31}$`)
 	signalRE = lazyregexp.New(`^(SIG)?[A-Z][A-Z0-9+-]{1,15}$|^[0-9]{1,2}$`)
@@ -60,8 +55,9 @@ type ExecOptions struct {
 	// StdinOpen keeps stdin open after the request's stdin for WriteStdin
 	// (async and streaming calls, PTYs).
 	StdinOpen bool
-	// PTYSize, when set with a PTY request, is the initial terminal size.
-	PTYSize *agentproto.PTYSize
+	// PTYSize, when set with a PTY request, is the initial terminal size
+	// (default 80×24).
+	PTYSize *PTYSize
 }
 
 // Exec is a started command. Its output and result are followed by a
@@ -190,8 +186,8 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 	areq.StdinOpen = opts.StdinOpen
 	if req.PTY {
 		areq.PTY = &agentproto.PTYSize{Cols: 80, Rows: 24}
-		if opts.PTYSize != nil {
-			areq.PTY = opts.PTYSize
+		if sz := opts.PTYSize; sz != nil {
+			areq.PTY = &agentproto.PTYSize{Cols: sz.Cols, Rows: sz.Rows}
 		}
 	}
 	// Environment: the sandbox's, then its secrets, then this call's.
@@ -260,7 +256,7 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 		msg := sb.red.redactString(agentText(refused.Message, 200))
 		end := m.now().UTC()
 		rec.Status, rec.EndedAt, rec.Error, rec.ErrorCode = api.ExecError, &end, msg, api.ExecCodeExecFailed
-		if ferr := m.store.FinishExec(context.WithoutCancel(ctx), rec, nil); ferr != nil {
+		if ferr := m.finishExec(context.WithoutCancel(ctx), sb, rec, nil); ferr != nil {
 			m.log.Warn("recording refused exec", "sandbox_id", sb.id, "exec_id", rec.ID, "err", ferr)
 		}
 		return nil, public(errInvalid, "%s", msg)
@@ -270,7 +266,7 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 		end := m.now().UTC()
 		rec.Status, rec.EndedAt, rec.Error = api.ExecError, &end, "could not start: agent unreachable"
 		rec.ErrorCode = api.ExecCodeAgentUnavailable
-		if ferr := m.store.FinishExec(context.WithoutCancel(ctx), rec, nil); ferr != nil {
+		if ferr := m.finishExec(context.WithoutCancel(ctx), sb, rec, nil); ferr != nil {
 			m.log.Warn("recording failed exec", "sandbox_id", sb.id, "exec_id", rec.ID, "err", ferr)
 		}
 		var pe *PublicError
@@ -617,17 +613,15 @@ func (t *execTracker) finish(res agentproto.ExecResult, code string) {
 			cancel()
 		}
 	}
-	// The effective cwd: the request's, else the user's default when it is
-	// already known; an unknown default is resolved below, after the
-	// waiters have their answer.
-	home, homeKnown := "", false
-	if t.rec.Cwd == "" {
-		home, homeKnown = sb.cachedHome(t.rec.User)
-	}
 	t.mu.Lock()
 	rec := t.rec
-	if homeKnown {
-		rec.Cwd = home
+	if rec.Cwd == "" {
+		// The effective cwd, which the agent chose (the user's home, or
+		// "/"): its result says it. An exec ended without the agent's
+		// result (a lost agent, a stopped sandbox), or by an agent of an
+		// older build, which says nothing, gets the one an earlier exec
+		// of its user ran in, if any.
+		rec.Cwd = sb.defaultCwd(rec.User, effectiveCwd(res.Cwd))
 	}
 	rec.Status = status
 	if code == "" {
@@ -681,23 +675,7 @@ func (t *execTracker) finish(res agentproto.ExecResult, code string) {
 	// tracker answers for the exec (findExec, ListExecs), and it is not
 	// evicted before. The manager's Close waits for it (goBackground).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), 30*time.Second)
-	if rec.Cwd == "" && status != api.ExecError && !sb.isGone() {
-		// First exec of this user without a cwd: ask the agent once (a
-		// sandbox that errored has no agent to ask).
-		if cwd := sb.defaultCwd(ctx, rec.User); cwd != "" {
-			rec.Cwd = cwd
-			t.mu.Lock()
-			t.rec.Cwd = cwd
-			if t.result != nil {
-				// A new copy: readers may hold the old one.
-				v := *t.result
-				v.Cwd = cwd
-				t.result = &v
-			}
-			t.mu.Unlock()
-		}
-	}
-	if err := m.store.FinishExec(ctx, rec, events); err != nil {
+	if err := m.finishExec(ctx, sb, rec, events); err != nil {
 		m.log.Error("recording exec result", "sandbox_id", sb.id, "exec_id", t.id, "err", err)
 	}
 	cancel()
@@ -786,9 +764,9 @@ func buildResult(rec store.Exec, output *agentproto.OutputLog, withOutput bool) 
 
 // Event is one item of an exec's event stream as the API sends it.
 type Event struct {
-	// Type is "output" or "exit".
+	// Type is EventOutput or EventExit.
 	Type string
-	// Stream is stdout, stderr or pty (output).
+	// Stream is StreamStdout, StreamStderr or StreamPTY (output).
 	Stream string
 	// Offset is the position of Data in the exec's combined output.
 	Offset int64
@@ -1037,6 +1015,39 @@ func piecesToChunks(ps []agentproto.OutputPiece) []chunk {
 		out[i] = chunk{stream: p.Stream, off: p.Off, data: p.Data}
 	}
 	return out
+}
+
+// defaultCwd returns the directory an exec of user without a cwd ran in:
+// cwd when the agent named it (remembered for the user's next execs), else
+// the one remembered, else "".
+func (sb *sandbox) defaultCwd(user, cwd string) string {
+	sb.homesMu.Lock()
+	defer sb.homesMu.Unlock()
+	if cwd == "" {
+		return sb.homes[user]
+	}
+	if sb.homes == nil {
+		sb.homes = map[string]string{}
+	}
+	if _, known := sb.homes[user]; known || len(sb.homes) < 64 { // users of one sandbox: a handful
+		sb.homes[user] = cwd
+	}
+	return cwd
+}
+
+// effectiveCwd is the cwd an agent's result names, if it is one a record
+// may hold (what the agent says is the sandbox's to forge): an absolute,
+// valid UTF-8 path without control characters, else "".
+func effectiveCwd(s string) string {
+	if !strings.HasPrefix(s, "/") || len(s) > 4096 || !utf8.ValidString(s) {
+		return ""
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return ""
+		}
+	}
+	return s
 }
 
 // agentText makes a text the agent sent fit for a record or an error

@@ -252,7 +252,7 @@ func (m *Manager) stop(ctx context.Context, sb *sandbox, reason string) error {
 // forget drops a sandbox that is no longer live from memory.
 func (m *Manager) forget(sb *sandbox) {
 	sb.markGone()
-	m.rememberOwner(sb)
+	m.attr.gone(sb)
 	m.mu.Lock()
 	if m.live[sb.id] == sb {
 		delete(m.live, sb.id)

@@ -68,7 +68,11 @@ const (
 
 // Config configures a Manager.
 type Config struct {
-	// Settings are the daemon's limits and defaults.
+	// Settings are the daemon's limits and defaults. Its PreviewListen is
+	// where the preview listener listens, as bound ("host:port": a
+	// configured port 0 is known only then), for the preview URLs the
+	// manager hands out; "" when previews are off (not configured, or
+	// the address could not be bound).
 	Settings config.Config
 	// Store persists records. Required.
 	Store *store.Store
@@ -111,8 +115,14 @@ type Config struct {
 	// when its tenant has no default of its own; "" means none.
 	DefaultNetworkMode string
 	// Audit receives the audit trail (sandbox lifecycle, execs, file
-	// writes, egress); nil records nothing.
+	// writes); nil records nothing.
 	Audit *audit.Recorder
+	// Attribution attributes the network side's events (egress, package
+	// downloads, repairs) to the sandboxes' tenants and hands on the
+	// networks it reports lost: the daemon makes it first and gives it to
+	// the network backend's sinks too. Default: one of its own, on Audit
+	// and Registries.
+	Attribution *Attribution
 	// SampleInterval overrides Settings.SampleInterval (tests shorten it).
 	SampleInterval time.Duration
 	// Observer, when set, is told of creates, execs and agent round trips
@@ -152,11 +162,9 @@ type Manager struct {
 	now      func() time.Time
 	net      Network
 	audit    *audit.Recorder
-
-	// owners attributes audit events of sandboxes that are not live: those
-	// that just stopped, and build sandboxes (AttributeNetwork).
-	ownersMu sync.Mutex
-	owners   map[string]owner
+	// attr says whom each sandbox's events belong to, for the network
+	// side's events, and hands on the networks it reports lost.
+	attr *Attribution
 
 	// health caches each driver's probe (refreshed by refreshHealth).
 	healthMu sync.Mutex
@@ -225,7 +233,8 @@ type sandbox struct {
 	// meter is the sandbox's metrics series and usage cursor (sampler.go).
 	meter meter
 
-	// homes caches each user's default exec directory (cwd.go).
+	// homes holds each user's default exec directory as the agent's exec
+	// results named it (defaultCwd).
 	homesMu sync.Mutex
 	homes   map[string]string
 
@@ -301,7 +310,7 @@ func New(cfg Config) (*Manager, error) {
 		shutdown: make(chan struct{}),
 		net:      cfg.Network,
 		audit:    cfg.Audit,
-		owners:   map[string]owner{},
+		attr:     cfg.Attribution,
 		quotas:   newTenantQuotas(cfg.Now),
 	}
 	for _, d := range cfg.Drivers {
@@ -310,12 +319,10 @@ func New(cfg Config) (*Manager, error) {
 		}
 		m.drivers[d.Name()] = d
 	}
-	m.ctx, m.cancel = context.WithCancel(context.Background())
-	if m.audit != nil {
-		// Every exec's record is written once at its end, whichever path
-		// ends it: that write is its audit event.
-		m.store.SetExecHook(m.execEnded)
+	if m.attr == nil {
+		m.attr = NewAttribution(AttributionConfig{Audit: cfg.Audit, Registries: cfg.Registries, Logger: cfg.Logger, Now: cfg.Now})
 	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m, nil
 }
 
@@ -351,9 +358,6 @@ func (m *Manager) Close() error {
 			sb.closeClient()
 		}
 		m.wg.Wait()
-		if m.audit != nil {
-			m.store.SetExecHook(nil)
-		}
 	})
 	return nil
 }
@@ -398,6 +402,10 @@ func (m *Manager) loop() {
 			m.sweep()
 		case <-purge.C:
 			m.purge()
+		case <-m.attr.lostReady:
+			for _, l := range m.attr.takeLost() {
+				m.goBackground(func() { m.networkLost(l.id, l.err) })
+			}
 		}
 	}
 }

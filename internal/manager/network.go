@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 
 	"github.com/airlockhq/airlock/api"
@@ -223,14 +222,14 @@ func (m *Manager) sweepNetworks(ctx context.Context) {
 	}
 }
 
-// NetworkLost is told by the network backend (network.Config.OnLost) that
-// sandbox id's network was broken from outside beyond repair (its
-// namespace is gone, or wiring it again failed). A running or paused
+// networkLost ends sandbox id, whose network the backend reported broken
+// from outside beyond repair (its namespace is gone, or wiring it again
+// failed; Attribution.NetworkLost hands it on). A running or paused
 // sandbox is then ended like a crashed one, with state error and code
 // network_lost: it is never reported running without the network its
 // policy says. The detail goes to the log; the sandbox's record says what
 // happened without it.
-func (m *Manager) NetworkLost(id string, err error) {
+func (m *Manager) networkLost(id string, err error) {
 	m.mu.Lock()
 	sb := m.live[id]
 	m.mu.Unlock()
@@ -242,20 +241,6 @@ func (m *Manager) NetworkLost(id string, err error) {
 	}
 	m.log.Error("sandbox network lost", "sandbox_id", id, "tenant", sb.tenant, "err", err)
 	m.crashedCode(m.ctx, sb, api.SandboxCodeNetworkLost, "the sandbox's network was removed from outside airlock and could not be restored")
-}
-
-// NetworkRepaired is told by the network backend (network.Config.OnRepair)
-// that sandbox id's network, broken from outside, was wired again: an
-// audit event of the sandbox (network_update, detail "repaired") says so.
-func (m *Manager) NetworkRepaired(id, what string) {
-	m.mu.Lock()
-	sb := m.live[id]
-	m.mu.Unlock()
-	if sb == nil || m.ctx == nil {
-		return
-	}
-	m.log.Warn("sandbox network repaired", "sandbox_id", id, "tenant", sb.tenant, "what", what)
-	m.recordEvent(m.ctx, sb, audit.TypeNetworkUpdate, map[string]string{"repaired": what})
 }
 
 // UpdateNetwork replaces sandbox id's egress policy (PUT
@@ -370,30 +355,4 @@ func (m *Manager) SetTenantNetwork(ctx context.Context, p auth.Principal, tenant
 	}
 	m.log.Info("tenant default network set", "for_tenant", tenant, "cleared", n == nil)
 	return api.TenantNetwork{Tenant: tenant, Network: n}, nil
-}
-
-// registryOf returns the registry set whose hosts include host, "" if none.
-func (m *Manager) registryOf(host string) string {
-	if host == "" {
-		return ""
-	}
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	names := make([]string, 0, len(m.cfg.Registries))
-	for name := range m.cfg.Registries {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		for _, h := range m.cfg.Registries[name] {
-			h = strings.ToLower(h)
-			if suffix, ok := strings.CutPrefix(h, "*"); ok {
-				if strings.HasSuffix(host, suffix) && len(host) > len(suffix) {
-					return name
-				}
-			} else if h == host {
-				return name
-			}
-		}
-	}
-	return ""
 }

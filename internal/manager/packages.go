@@ -6,9 +6,7 @@ package manager
 
 import (
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/network"
-	"github.com/airlockhq/airlock/internal/pkgcache"
 )
 
 // packageEnver is the optional part of a Network that points package
@@ -27,17 +25,4 @@ func (m *Manager) PackageEnv(n api.Network) map[string]string {
 		return nil
 	}
 	return pe.PackageEnv(toPolicy(n))
-}
-
-// PackageEvent records a package artifact a sandbox fetched or was refused
-// through the mirror (network.Config.PackageAudit) as a package_install
-// event. It only queues.
-func (m *Manager) PackageEvent(ev pkgcache.Event) {
-	if m.audit == nil {
-		return
-	}
-	o, _ := m.ownerOf(ev.SandboxID)
-	m.audit.RecordDetail(audit.Event{
-		Time: ev.Time, Type: audit.TypePackageInstall, Tenant: o.tenant, SandboxID: ev.SandboxID, Template: o.template,
-	}, ev, o.redact())
 }

@@ -40,7 +40,7 @@ type previews struct {
 	wmu   sync.Mutex
 	mu    sync.Mutex
 	key   []byte
-	addr  string                  // the preview listener's address, "" while unknown
+	addr  string                  // the preview listener's address (Settings.PreviewListen), "" when off
 	ports map[string]map[int]bool // sandbox id → port → public
 }
 
@@ -100,16 +100,6 @@ func (m *Manager) prunePreviewRows(ctx context.Context) {
 	} else if n > 0 {
 		m.log.Info("pruned exposed ports of gone sandboxes", "count", n)
 	}
-}
-
-// SetPreviewAddr tells the manager where the preview listener listens
-// ("host:port", as bound: a configured port 0 is known only then), for the
-// URLs it hands out. "" disables previews.
-func (m *Manager) SetPreviewAddr(addr string) {
-	pv := m.previews()
-	pv.mu.Lock()
-	pv.addr = addr
-	pv.mu.Unlock()
 }
 
 // previewKey loads (creating on first use) the key preview tokens are

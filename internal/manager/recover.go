@@ -89,6 +89,7 @@ func (m *Manager) recoverOne(ctx context.Context, rec store.Sandbox) {
 		m.mu.Lock()
 		m.live[rec.ID] = sb
 		m.mu.Unlock()
+		m.attr.live(sb)
 		reason := rec.EndReason
 		if reason == "" {
 			reason = "deleted"
@@ -136,6 +137,7 @@ func (m *Manager) recoverOne(ctx context.Context, rec store.Sandbox) {
 	m.mu.Lock()
 	m.live[rec.ID] = sb
 	m.mu.Unlock()
+	m.attr.live(sb)
 	m.restorePreviews(ctx, sb)
 
 	// Then move towards the desired state (an operation the last daemon
@@ -200,7 +202,7 @@ func (m *Manager) reattach(ctx context.Context, sb *sandbox, log *slog.Logger) e
 			rec.Status, rec.EndedAt, rec.Error = api.ExecError, &end, "exec was lost while the daemon restarted"
 			rec.ErrorCode = api.ExecCodeAgentUnavailable
 			rec.DurationMS = end.Sub(rec.StartedAt).Milliseconds()
-			if err := m.store.FinishExec(ctx, rec, nil); err != nil {
+			if err := m.finishExec(ctx, sb, rec, nil); err != nil {
 				log.Warn("recording lost exec", "exec_id", rec.ID, "err", err)
 			}
 			continue

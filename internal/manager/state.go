@@ -40,6 +40,16 @@ func checkTransition(from, to string) error {
 	return fmt.Errorf("%w: %s → %s", errIllegalTransition, from, to)
 }
 
+// isGone reports whether the sandbox stopped being live.
+func (sb *sandbox) isGone() bool {
+	select {
+	case <-sb.gone:
+		return true
+	default:
+		return false
+	}
+}
+
 // isLive reports whether a sandbox in state may hold runtime resources.
 func isLive(state string) bool {
 	switch state {

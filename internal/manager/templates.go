@@ -147,28 +147,6 @@ func (m *Manager) DeleteTemplate(ctx context.Context, p auth.Principal, ref stri
 	return templateErr(b.Delete(ctx, p.Tenant, p.Admin, ref))
 }
 
-// ErrTemplateBuilding marks a create whose template has no ready version
-// while a build of it runs (API code template_building, 503).
-var ErrTemplateBuilding = fmt.Errorf("%w: template is being built", errdefs.ErrUnavailable)
-
-// ErrTemplateBuildFailed marks a create that waited for its template's
-// build, which failed (API code template_build_failed).
-var ErrTemplateBuildFailed = errors.New("template build failed")
-
-// TemplateBuildError names the build a create is refused for (waiting on
-// it, or failed by it); the HTTP edge reports BuildID in the error body.
-type TemplateBuildError struct {
-	Template, BuildID string
-	// Err is ErrTemplateBuilding or ErrTemplateBuildFailed.
-	Err error
-}
-
-func (e *TemplateBuildError) Error() string {
-	return fmt.Sprintf("template %s, build %s: %v", e.Template, e.BuildID, e.Err)
-}
-
-func (e *TemplateBuildError) Unwrap() error { return e.Err }
-
 // templateWaitMax bounds how long a create with wait_for_template waits for
 // a build: the shipped templates take a few minutes the first time; after
 // this the create answers template_building and the client asks again, so
@@ -186,8 +164,8 @@ func (m *Manager) resolveTemplate(ctx context.Context, tenant, name string, vers
 	waited := map[string]bool{}
 	for {
 		r, release, err := m.resolveTemplateOnce(ctx, tenant, name, version, ref)
-		var be *TemplateBuildError
-		if !wait || !errors.As(err, &be) || waited[be.BuildID] {
+		var be *PublicError
+		if !wait || !errors.Is(err, ErrTemplateBuilding) || !errors.As(err, &be) || be.BuildID == "" || waited[be.BuildID] {
 			return r, release, err
 		}
 		waited[be.BuildID] = true
@@ -208,8 +186,8 @@ func (m *Manager) resolveTemplate(ctx context.Context, tenant, name string, vers
 		case b.Status == api.BuildFailed:
 			msg := fmt.Sprintf("template %s could not be built (build %s): %s; GET /v1/templates/builds/%s has its log",
 				ref, be.BuildID, truncate(b.Error, 512), be.BuildID)
-			return template.Resolved{}, nil, &PublicError{Msg: msg,
-				Err: &TemplateBuildError{Template: ref, BuildID: be.BuildID, Err: ErrTemplateBuildFailed}}
+			return template.Resolved{}, nil, &PublicError{Msg: msg, BuildID: be.BuildID,
+				Err: fmt.Errorf("%w: template %s, build %s", ErrTemplateBuildFailed, ref, be.BuildID)}
 		}
 		// Ready: resolve again (a build that ended without making this
 		// version, or another build since, is answered as it is now).
@@ -222,7 +200,8 @@ func building(ref, id string) error {
 		Msg: fmt.Sprintf("template %s is being built (build %s, GET /v1/templates/builds/%s shows its progress); "+
 			"retry when it is ready, or create with wait_for_template", ref, id, id),
 		RetryAfter: retryAfterBuild,
-		Err:        &TemplateBuildError{Template: ref, BuildID: id, Err: ErrTemplateBuilding},
+		BuildID:    id,
+		Err:        fmt.Errorf("%w: template %s, build %s", ErrTemplateBuilding, ref, id),
 	}
 }
 

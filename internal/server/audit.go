@@ -16,7 +16,6 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/store"
 )
 
 // authFailed audits a request whose key was missing or wrong and, for a
@@ -90,7 +89,7 @@ func (s *Server) auditFiles(op string, h handlerFunc) handlerFunc {
 			d.Recursive, _ = queryBool(r, "recursive")
 		}
 		if err != nil {
-			d.Code = classify(err).code
+			d.Code = classify(err).Code
 		}
 		s.m.AuditFileOp(r.Context(), p, r.PathValue("id"), d)
 		return err
@@ -165,9 +164,9 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, p auth.Princi
 	}
 	// The export pages through the store; the first page's errors are the
 	// request's, later ones cut the stream short.
-	aq.Limit = store.MaxPageSize
+	aq.Limit = manager.MaxPageSize
 	if limit > 0 {
-		aq.Limit = min(limit, store.MaxPageSize)
+		aq.Limit = min(limit, manager.MaxPageSize)
 	}
 	page, err := s.m.AuditEvents(r.Context(), p, aq)
 	if err != nil {
@@ -193,7 +192,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, p auth.Princi
 		}
 		aq.Cursor = page.NextCursor
 		if limit > 0 {
-			aq.Limit = min(limit-sent, store.MaxPageSize)
+			aq.Limit = min(limit-sent, manager.MaxPageSize)
 		}
 		if page, err = s.m.AuditEvents(r.Context(), p, aq); err != nil {
 			logFrom(r.Context()).Warn("audit export broke off", "err", err)

@@ -2,12 +2,12 @@ package server_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +22,7 @@ import (
 	"github.com/airlockhq/airlock/internal/hostslot"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
+	"github.com/airlockhq/airlock/internal/preview"
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
@@ -59,7 +60,16 @@ type e2e struct {
 	metrics     *server.Metrics
 	// slot names the host-wide resources of the test's driver.
 	slot hostslot.Names
+	// previews, when set, serves the manager's previews on a listener of
+	// 127.0.0.1 that every start makes before the manager (as the
+	// daemon does), at previewAddr.
+	previews    bool
+	previewAddr string
+	previewStop func()
 }
+
+// e2ePreviews serves previews (see e2e.previews).
+func e2ePreviews(e *e2e) { e.previews = true }
 
 // e2eUnmetered: see e2e.unmetered.
 func e2eUnmetered(e *e2e) { e.unmetered, e.sampleEvery = true, time.Hour }
@@ -142,18 +152,26 @@ func (e *e2e) start() {
 	}
 	s := config.Default()
 	s.DataDir = e.dataDir
-	var (
-		mref atomic.Pointer[manager.Manager]
-		regs map[string][]string
-	)
-	if e.world != nil {
-		ncfg := e.world.netConfig(filepath.Join(e.dataDir, "network"))
-		ncfg.Audit = func(ev network.Event) {
-			if m := mref.Load(); m != nil {
-				m.NetworkEvent(ev)
-			}
+	var pln net.Listener
+	if e.previews {
+		if pln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			drv.Close()
+			e.t.Fatal(err)
 		}
+		// The manager hands out URLs of the listener as bound.
+		s.PreviewListen = pln.Addr().String()
+	}
+	var regs map[string][]string
+	var ncfg network.Config
+	if e.world != nil {
+		ncfg = e.world.netConfig(filepath.Join(e.dataDir, "network"))
 		regs = network.DefaultRegistries(ncfg.Registries)
+	}
+	// The network's events go to the attribution, made first (as the
+	// daemon does), which the manager is given too.
+	attr := manager.NewAttribution(manager.AttributionConfig{Audit: e.rec, Registries: regs, Logger: testLog})
+	if e.world != nil {
+		ncfg.Audit = attr.NetworkEvent
 		nm, err := network.New(ncfg)
 		if err != nil {
 			drv.Close()
@@ -167,16 +185,22 @@ func (e *e2e) start() {
 	}
 	m, err := manager.New(manager.Config{Settings: s, Store: e.st, Drivers: []driver.Driver{drv}, Templates: e.tmpl,
 		Logger: testLog, TickInterval: 50 * time.Millisecond, SweepInterval: time.Second,
-		Audit: e.rec, Network: manager.NetworkOf(e.nm), Registries: regs,
+		Audit: e.rec, Attribution: attr, Network: manager.NetworkOf(e.nm), Registries: regs,
 		Observer: obs, SampleInterval: e.sampleEvery})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	mref.Store(m)
 	if err := m.Start(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}
 	e.drv, e.m = drv, m
+	if pln != nil {
+		ph := preview.New(preview.Config{Backend: m.PreviewBackend(), Logger: testLog})
+		psrv := &http.Server{Handler: ph, ReadHeaderTimeout: 5 * time.Second}
+		done := make(chan struct{})
+		go func() { defer close(done); _ = psrv.Serve(pln) }()
+		e.previewAddr, e.previewStop = pln.Addr().String(), func() { psrv.Close(); <-done; ph.Close() }
+	}
 	e.srv = server.New(server.Config{Manager: m, Auth: e.auth, Logger: testLog, Version: "e2e", MaxUploadBytes: 64 << 20, Audit: e.rec,
 		Metrics: e.metrics})
 	e.ts = httptest.NewServer(e.srv.Handler())
@@ -192,6 +216,10 @@ func (e *e2e) stop() {
 	}
 	e.srv.CloseStreams()
 	e.ts.Close()
+	if e.previewStop != nil {
+		e.previewStop()
+		e.previewStop = nil
+	}
 	e.m.Close()
 	e.drv.Close()
 	if e.nm != nil {

@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
@@ -95,13 +94,13 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, sub *manag
 			}
 			continue
 		}
-		if ev.Type == agentproto.EventExit {
+		if ev.Type == manager.EventExit {
 			sw.event("exit", "", ev.Result)
 			return nil
 		}
 		name := ev.Stream
-		if name == agentproto.StreamPTY {
-			name = agentproto.StreamStdout // a terminal merges both streams
+		if name == manager.StreamPTY {
+			name = manager.StreamStdout // a terminal merges both streams
 		}
 		out := api.OutputEvent{Offset: ev.Offset}
 		if utf8.Valid(ev.Data) {

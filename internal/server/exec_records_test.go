@@ -12,13 +12,13 @@ import (
 
 // TestExecRecordRetention: exec records with their cwd outlive the
 // sandbox's delete and are purged after the configured retention. (The
-// fake driver's agent runs on the host's filesystem, so only an explicit
-// cwd is checked here; TestE2ERuncExecRecordCwd checks the default.)
+// fake driver's agent runs on the host's filesystem, so the default cwd is
+// whatever it is there; TestE2ERuncExecRecordCwd checks it is the home.)
 func TestExecRecordRetention(t *testing.T) {
 	h := newHarness(t, withSettings(func(c *config.Config) { c.RecordRetentionS = 3600 }))
 	key := h.key("acme")
 	sb := h.create("acme", api.CreateSandboxRequest{})
-	recs := checkExecCwd(t, h, sb.ID, false)
+	recs := checkExecCwd(t, h, sb.ID, true)
 	check := func(when string) {
 		t.Helper()
 		for _, r := range recs {
@@ -71,9 +71,10 @@ func TestE2ERuncExecRecordCwd(t *testing.T) {
 
 type cwdRec struct{ id, want string }
 
-// checkExecCwd runs pwd without a cwd (twice: the first resolves the
-// default, the second hits the cache; only when withDefault) and with cwd
-// /tmp, and returns the execs with the directory each printed.
+// checkExecCwd runs pwd without a cwd (twice, only when withDefault) and
+// with cwd /tmp, and returns the execs with the directory each printed.
+// The exec's own answer names the directory already: the agent's result
+// says it, so the first exec of a user needs no extra call to learn it.
 func checkExecCwd(t *testing.T, h *harness, id string, withDefault bool) []cwdRec {
 	t.Helper()
 	pwd := func(req api.ExecRequest) cwdRec {
@@ -82,7 +83,11 @@ func checkExecCwd(t *testing.T, h *harness, id string, withDefault bool) []cwdRe
 		if res.Status != api.ExecExited {
 			t.Fatalf("pwd: %+v", res)
 		}
-		return cwdRec{res.ID, strings.TrimSuffix(strp(res.Stdout), "\n")}
+		ran := strings.TrimSuffix(strp(res.Stdout), "\n")
+		if res.Cwd != ran {
+			t.Errorf("exec %s answered cwd %q, it ran in %q", res.ID, res.Cwd, ran)
+		}
+		return cwdRec{res.ID, ran}
 	}
 	var recs []cwdRec
 	if withDefault {

@@ -8,7 +8,6 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/store"
 )
 
 // errorBody builds an error body for r outside writeError.
@@ -40,7 +39,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request, p auth.Principal) 
 
 // Keys.
 
-func keyView(k store.Key) api.Key {
+func keyView(k auth.Key) api.Key {
 	return api.Key{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Admin: k.Admin, Prefix: k.Prefix,
 		CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt, RateLimitRPS: k.RateLimitRPS, RateLimitBurst: k.RateLimitBurst}
 }

@@ -75,6 +75,9 @@ type harness struct {
 	rec       *audit.Recorder
 	net       manager.Network
 	regs      map[string][]string
+	// attr is the manager's attribution, the sink of network events
+	// (made anew by every start, as by every daemon).
+	attr *manager.Attribution
 	// metrics are the Prometheus metrics the manager observes into and
 	// the server exports; noObserver leaves the manager without them
 	// (the unmetered benchmark).
@@ -162,8 +165,9 @@ func (h *harness) start() {
 	if !h.noObserver {
 		obs = h.metrics
 	}
+	h.attr = manager.NewAttribution(manager.AttributionConfig{Audit: h.rec, Registries: h.regs, Logger: testLog, Now: h.clock.Now})
 	m, err := manager.New(manager.Config{
-		Observer: obs, SampleInterval: h.sampleEvery,
+		Observer: obs, SampleInterval: h.sampleEvery, Attribution: h.attr,
 		Settings: h.settings, Store: h.st, Drivers: []driver.Driver{h.drv},
 		Templates: managertest.Templates{"base": {{Name: "base", Version: 1}, {Name: "base", Version: 2}}},
 		Logger:    testLog, Now: h.clock.Now,

@@ -83,7 +83,7 @@ func TestNetworkLostIsReported(t *testing.T) {
 	sb := h.create("acme", api.CreateSandboxRequest{Network: &api.Network{Mode: "allowlist", Allow: []string{"203.0.113.0/24"}}})
 	other := h.create("acme", api.CreateSandboxRequest{Network: &api.Network{Mode: "allowlist", Allow: []string{"203.0.113.0/24"}}})
 
-	h.m.NetworkRepaired(other.ID, "veth al1v3 missing")
+	h.attr.NetworkRepaired(other.ID, "veth al1v3 missing")
 	if got := h.state("acme", other.ID); got.State != api.StateRunning {
 		t.Fatalf("a repaired sandbox is %s", got.State)
 	}
@@ -92,7 +92,9 @@ func TestNetworkLostIsReported(t *testing.T) {
 		t.Fatalf("repair events %+v", evs)
 	}
 
-	h.m.NetworkLost(sb.ID, errors.New("its network namespace is no longer mounted"))
+	h.attr.NetworkLost(sb.ID, errors.New("its network namespace is no longer mounted"))
+	// The attribution hands it to the manager, which ends the sandbox.
+	eventually(t, "the lost network's sandbox to end", func() bool { return h.state("acme", sb.ID).State == api.StateError })
 	got := h.state("acme", sb.ID)
 	if got.State != api.StateError || got.Error == nil || got.Error.Code != api.SandboxCodeNetworkLost || strings.Contains(got.Error.Message, "mounted") {
 		t.Fatalf("after the network was lost: %s %+v", got.State, got.Error)
@@ -104,6 +106,6 @@ func TestNetworkLostIsReported(t *testing.T) {
 		t.Fatalf("the other sandbox is %s", got.State)
 	}
 	// Reported twice, or for an unknown sandbox: nothing more happens.
-	h.m.NetworkLost(sb.ID, errors.New("again"))
-	h.m.NetworkLost("sbx_nosuch", errors.New("unknown"))
+	h.attr.NetworkLost(sb.ID, errors.New("again"))
+	h.attr.NetworkLost("sbx_nosuch", errors.New("unknown"))
 }

@@ -388,13 +388,13 @@ func TestEgressEventsAttributed(t *testing.T) {
 	const secret = "tok-9f8e7d6c5b"
 	sb := h.create("acme", api.CreateSandboxRequest{Secrets: map[string]string{"T": secret}, Network: &api.Network{Mode: "allowlist", Registries: []string{"pypi"}}})
 	now := time.Now()
-	h.m.NetworkEvent(network.Event{SandboxID: sb.ID, Kind: network.KindDNS, Domain: secret + ".evil.test", Allowed: false, Reason: network.ReasonNotAllowed, Time: now})
-	h.m.NetworkEvent(network.Event{SandboxID: sb.ID, Kind: network.KindTLS, Domain: "files.pythonhosted.test", IP: "203.0.113.10", Port: 443,
+	h.attr.NetworkEvent(network.Event{SandboxID: sb.ID, Kind: network.KindDNS, Domain: secret + ".evil.test", Allowed: false, Reason: network.ReasonNotAllowed, Time: now})
+	h.attr.NetworkEvent(network.Event{SandboxID: sb.ID, Kind: network.KindTLS, Domain: "files.pythonhosted.test", IP: "203.0.113.10", Port: 443,
 		Proto: "tcp", Allowed: true, Reason: network.ReasonAllowed, BytesIn: 1000, BytesOut: 200, Time: now})
-	release := h.m.AttributeNetwork("bsx_b1", "acme", "py")
-	h.m.NetworkEvent(network.Event{SandboxID: "bsx_b1", Kind: network.KindHTTP, Domain: "deb.test", Allowed: true, Reason: network.ReasonAllowed, Time: now})
+	release := h.attr.Attribute("bsx_b1", "acme", "py")
+	h.attr.NetworkEvent(network.Event{SandboxID: "bsx_b1", Kind: network.KindHTTP, Domain: "deb.test", Allowed: true, Reason: network.ReasonAllowed, Time: now})
 	release()
-	h.m.NetworkEvent(network.Event{SandboxID: "sbx_unknown", Kind: network.KindConnect, IP: "203.0.113.11", Port: 8080, Reason: network.ReasonNotAllowed, Time: now})
+	h.attr.NetworkEvent(network.Event{SandboxID: "sbx_unknown", Kind: network.KindConnect, IP: "203.0.113.11", Port: 8080, Reason: network.ReasonNotAllowed, Time: now})
 
 	evs := h.auditAll(h.key("acme"), "type=egress", 0)
 	if len(evs) != 3 {

@@ -17,7 +17,6 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/preview"
 )
 
 // wsEcho is a WebSocket echo server in the Python standard library alone
@@ -67,23 +66,6 @@ while True:
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 `
 
-// previewListener serves the manager's previews on 127.0.0.1:0 and tells
-// the manager its address.
-func (e *e2e) previewListener(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.m.SetPreviewAddr(ln.Addr().String())
-	ph := preview.New(preview.Config{Backend: e.m.PreviewBackend(), Logger: testLog})
-	srv := &http.Server{Handler: ph, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close(); <-done; ph.Close() })
-	return ln.Addr().String()
-}
-
 // previewGet requests url (a preview URL) from the preview listener at
 // addr, whatever its host name resolves to, without following redirects.
 func previewGet(t *testing.T, addr, rawURL string, hdr map[string]string) (*http.Response, string) {
@@ -112,9 +94,9 @@ func previewGet(t *testing.T, addr, rawURL string, hdr map[string]string) (*http
 }
 
 func TestE2EPreview(t *testing.T) {
-	e := newE2E(t)
+	e := newE2E(t, e2ePreviews)
 	h := e.h
-	addr := e.previewListener(t)
+	addr := e.previewAddr
 	sb := h.create("acme", api.CreateSandboxRequest{})
 	h.expect(h.req("PUT", "/v1/sandboxes/"+sb.ID+"/files?path=/home/user/www/index.html", h.key("acme"), "hello from the sandbox\n"), http.StatusCreated, "")
 	h.expect(h.req("PUT", "/v1/sandboxes/"+sb.ID+"/files?path=/home/user/ws.py", h.key("acme"), wsEcho), http.StatusCreated, "")
@@ -249,9 +231,9 @@ for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("12
 // host to its loopback) through that namespace's bind mount.
 func TestE2EPreviewManagedNetwork(t *testing.T) {
 	w := newWorld(t)
-	e := newE2E(t, func(e *e2e) { e.world = w })
+	e := newE2E(t, func(e *e2e) { e.world = w }, e2ePreviews)
 	h := e.h
-	addr := e.previewListener(t)
+	addr := e.previewAddr
 	sb := h.create("acme", api.CreateSandboxRequest{Network: &api.Network{Mode: "allowlist", Allow: []string{"allowed.test"}}})
 	h.expect(h.req("PUT", "/v1/sandboxes/"+sb.ID+"/files?path=/home/user/www/index.html", h.key("acme"), "managed network\n"), http.StatusCreated, "")
 	res := h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`(setsid python3 -m http.server 3000 --bind 127.0.0.1 -d /home/user/www >/dev/null 2>&1 &);

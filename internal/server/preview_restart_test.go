@@ -103,9 +103,9 @@ func TestPreviewsSurviveRestart(t *testing.T) {
 // daemon went away answers at its preview URL after the restart, with the
 // token handed out before it.
 func TestE2EPreviewSurvivesRestart(t *testing.T) {
-	e := newE2E(t)
+	e := newE2E(t, e2ePreviews)
 	h := e.h
-	addr := e.previewListener(t)
+	addr := e.previewAddr
 	sb := h.create("acme", api.CreateSandboxRequest{})
 	h.expect(h.req("PUT", "/v1/sandboxes/"+sb.ID+"/files?path=/home/user/www/index.html", h.key("acme"), "served across restarts\n"), http.StatusCreated, "")
 	res := h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`(setsid python3 -m http.server 8080 --bind 127.0.0.1 -d /home/user/www >/dev/null 2>&1 &);
@@ -124,7 +124,7 @@ for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("12
 
 	e.stop() // the daemon goes away; the sandbox and its server keep running
 	e.start()
-	addr = e.previewListener(t)
+	addr = e.previewAddr
 	var list api.PreviewList
 	h.req("GET", "/v1/sandboxes/"+sb.ID+"/previews", h.key("acme"), nil).json(t, &list)
 	if len(list.Previews) != 1 || list.Previews[0].Port != 8080 || list.Previews[0].Token != pv.Token {

@@ -14,7 +14,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
@@ -34,7 +33,7 @@ const maxPTYFrame = 1 << 20
 // hang-up.
 func (s *Server) pty(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	q := r.URL.Query()
-	size := &agentproto.PTYSize{Cols: 80, Rows: 24}
+	size := &manager.PTYSize{Cols: 80, Rows: 24}
 	for name, dst := range map[string]*uint16{"cols": &size.Cols, "rows": &size.Rows} {
 		if v := q.Get(name); v != "" {
 			n, err := strconv.ParseUint(v, 10, 16)
@@ -138,7 +137,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request, p auth.Principal) e
 			}
 			continue
 		}
-		if ev.Type == agentproto.EventExit {
+		if ev.Type == manager.EventExit {
 			b, _ := json.Marshal(map[string]any{"exit": ev.Result})
 			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
 			conn.Write(wctx, websocket.MessageText, b)

@@ -19,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/errdefs/edge"
 	"github.com/airlockhq/airlock/internal/manager"
 )
 
@@ -261,7 +262,7 @@ func (s *Server) notFound(w http.ResponseWriter, r *http.Request) error {
 	}
 	if len(allowed) > 0 {
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		writeJSON(w, http.StatusMethodNotAllowed, errorBody(r, codeMethodNotAllow, "method not allowed"))
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody(r, edge.MethodNotAllowed.Code, edge.MethodNotAllowed.Message))
 		return nil
 	}
 	return errf(errdefs.ErrNotFound, "no such route")

@@ -7,9 +7,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/agentclient"
-	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/manager"
 )
 
 // watchRoute is the directory watch: Server-Sent Events of the changes
@@ -80,7 +79,7 @@ func (s *Server) fsWatch(w http.ResponseWriter, r *http.Request, p auth.Principa
 				if ctx.Err() == nil {
 					c := classify(b.err)
 					logFrom(r.Context()).Warn("watch failed", "sandbox_id", r.PathValue("id"), "err", b.err)
-					sw.event("error", "", errorBody(r, c.code, c.message))
+					sw.event("error", "", errorBody(r, c.Code, c.Message))
 				}
 				return nil
 			}
@@ -95,14 +94,14 @@ func (s *Server) fsWatch(w http.ResponseWriter, r *http.Request, p auth.Principa
 	}
 }
 
-// watchBatch is one Next of an agent watch.
+// watchBatch is one Next of a sandbox's watch.
 type watchBatch struct {
-	evs []agentproto.WatchEvent
+	evs []manager.WatchEvent
 	err error
 }
 
 // watchBatches reads fw in a goroutine until it fails or ctx ends.
-func watchBatches(ctx context.Context, fw *agentclient.Watch) <-chan watchBatch {
+func watchBatches(ctx context.Context, fw *manager.Watch) <-chan watchBatch {
 	ch := make(chan watchBatch)
 	go func() {
 		for {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/manager"
 )
 
 // TestE2ERuncWatch watches directories of a real runc sandbox: the agent's
@@ -45,7 +45,7 @@ func TestE2ERuncWatch(t *testing.T) {
 					t.Fatalf("Next: %v (got %v)", err, got)
 				}
 				for _, ev := range evs {
-					if ev.Type == agentproto.WatchWrite {
+					if ev.Type == manager.WatchWrite {
 						continue
 					}
 					s := ev.Type + " " + ev.Path
@@ -95,7 +95,7 @@ func TestE2ERuncWatch(t *testing.T) {
 			t.Fatalf("touch: %+v", res)
 		}
 		evs, err := w.Next()
-		if err != nil || len(evs) == 0 || evs[0].Type != agentproto.WatchCreate || evs[0].Path != "/root/mine" {
+		if err != nil || len(evs) == 0 || evs[0].Type != manager.WatchCreate || evs[0].Path != "/root/mine" {
 			t.Fatalf("root's watch: %+v, %v", evs, err)
 		}
 		// Another tenant does not find the sandbox.

@@ -3,6 +3,8 @@ package storage
 import (
 	"strings"
 	"testing"
+
+	"github.com/airlockhq/airlock/internal/mountinfo"
 )
 
 const sampleMountinfo = `22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
@@ -15,37 +17,8 @@ const sampleMountinfo = `22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
 106 22 0:64 / /data/sbx/rootfs/tmp rw opt1 opt2 - tmpfs tmpfs rw
 `
 
-func TestParseMountinfo(t *testing.T) {
-	all, err := parseMountinfo(strings.NewReader(sampleMountinfo))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name                   string
-		idx                    int
-		id                     int
-		target, fstype, source string
-	}{
-		{"root", 0, 22, "/", "ext4", "/dev/vda"},
-		{"loop", 1, 100, "/data/sbx/storage/rw", "ext4", "/dev/loop3"},
-		{"escaped", 6, 105, "/data/with space", "tmpfs", `tmp\fs`},
-		{"optional-fields", 7, 106, "/data/sbx/rootfs/tmp", "tmpfs", "tmpfs"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			m := all[tc.idx]
-			if m.ID != tc.id || m.Target != tc.target || m.FSType != tc.fstype || m.Source != tc.source {
-				t.Errorf("got %+v", m)
-			}
-		})
-	}
-	if _, err := parseMountinfo(strings.NewReader("garbage line\n")); err == nil {
-		t.Error("malformed mountinfo accepted")
-	}
-}
-
 func TestMountsUnder(t *testing.T) {
-	all, err := parseMountinfo(strings.NewReader(sampleMountinfo))
+	all, err := mountinfo.Parse(strings.NewReader(sampleMountinfo))
 	if err != nil {
 		t.Fatal(err)
 	}

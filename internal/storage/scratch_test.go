@@ -2,10 +2,11 @@ package storage
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlockhq/airlock/internal/mountinfo"
 )
 
 // TestScratchMountOptions checks the writable layer's ext4 options: a
@@ -22,22 +23,19 @@ func TestScratchMountOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	all, err := mountinfo.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mountOpts, superOpts string
-	for _, line := range strings.Split(string(b), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		f := strings.Fields(pre)
-		if !ok || len(f) < 6 || f[4] != rw {
+	for _, m := range all {
+		if m.Target != rw {
 			continue
 		}
-		q := strings.Fields(post)
-		if len(q) < 3 || q[0] != "ext4" {
-			t.Fatalf("writable layer is %q, want ext4", post)
+		if m.FSType != "ext4" {
+			t.Fatalf("writable layer is %s, want ext4", m.FSType)
 		}
-		mountOpts, superOpts = f[5], q[2]
+		mountOpts, superOpts = m.Options, m.SuperOptions
 	}
 	if superOpts == "" {
 		t.Fatalf("no ext4 mount at %s", rw)

@@ -52,6 +52,7 @@ const (
 	imageName   = "disk.img"
 	rwName      = "rw"
 	privateName = "host"
+	upperName   = "upper"
 	lowerName   = "lower"
 )
 
@@ -177,7 +178,7 @@ func Setup(ctx context.Context, opts Options) (_ *Rootfs, retErr error) {
 		}
 	}
 
-	upper, work := filepath.Join(rw, "upper"), filepath.Join(rw, "work")
+	upper, work := filepath.Join(rw, upperName), filepath.Join(rw, "work")
 	// The merged root directory takes its owner and mode from upper/, so copy
 	// them from the top layer's root as the sandbox sees it (through idmap).
 	var top unix.Stat_t
@@ -228,14 +229,9 @@ func Setup(ctx context.Context, opts Options) (_ *Rootfs, retErr error) {
 // writable layer is mounted in dir: the directory would then be on the
 // host's own disk.
 func PrivateDir(dir string) (string, error) {
-	st := filepath.Join(dir, storageName)
-	rw := filepath.Join(st, rwName)
-	var parent, mnt unix.Stat_t
-	if err := unix.Stat(st, &parent); err != nil {
-		return "", errdefs.Wrap(errdefs.ErrNotFound, "no storage in %s", dir)
-	}
-	if err := unix.Stat(rw, &mnt); err != nil || mnt.Dev == parent.Dev {
-		return "", errdefs.Wrap(errdefs.ErrNotFound, "no writable layer mounted in %s", dir)
+	rw, mnt, err := mountedLayer(dir)
+	if err != nil {
+		return "", err
 	}
 	p := filepath.Join(rw, privateName)
 	if err := unix.Mkdir(p, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
@@ -249,6 +245,36 @@ func PrivateDir(dir string) (string, error) {
 		return "", errdefs.Wrap(errdefs.ErrInternal, "private dir of %s is not host root's directory on its writable layer", dir)
 	}
 	return p, nil
+}
+
+// mountedLayer returns the mount point of the writable layer of the
+// sandbox in dir and its stat, or an error wrapping errdefs.ErrNotFound
+// when none is mounted there.
+func mountedLayer(dir string) (string, *unix.Stat_t, error) {
+	st := filepath.Join(dir, storageName)
+	rw := filepath.Join(st, rwName)
+	var parent, mnt unix.Stat_t
+	if err := unix.Stat(st, &parent); err != nil {
+		return "", nil, errdefs.Wrap(errdefs.ErrNotFound, "no storage in %s", dir)
+	}
+	if err := unix.Stat(rw, &mnt); err != nil || mnt.Dev == parent.Dev {
+		return "", nil, errdefs.Wrap(errdefs.ErrNotFound, "no writable layer mounted in %s", dir)
+	}
+	return rw, &mnt, nil
+}
+
+// UpperDir returns the overlay's upper directory of the sandbox in dir
+// (Options.Dir): what the sandbox changed over its template layers, as
+// overlayfs keeps it (whiteouts, opaque directories), owned by the
+// sandbox's uids. It fails with an error wrapping errdefs.ErrNotFound when
+// no writable layer is mounted in dir. The directory belongs to the
+// sandbox: nothing in it may be followed.
+func UpperDir(dir string) (string, error) {
+	rw, _, err := mountedLayer(dir)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(rw, upperName), nil
 }
 
 // unixModeBits turns setuid/setgid/sticky bits of a stat mode into os bits.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/hostcheck"
+	"github.com/airlockhq/airlock/internal/mountinfo"
 	"github.com/airlockhq/airlock/internal/testutil"
 )
 
@@ -281,7 +282,7 @@ func statInUserNS(t *testing.T, root string, paths ...string) string {
 
 func assertMounted(t testing.TB, target, fstype string) {
 	t.Helper()
-	all, err := readMountinfo()
+	all, err := mountinfo.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,6 +385,49 @@ func TestPrivateDir(t *testing.T) {
 				t.Errorf("PrivateDir after Teardown: %v, want not found", err)
 			}
 		})
+	}
+}
+
+// TestUpperDir: the upper directory holds what was written through the
+// merged root, owned by the sandbox's uid base, and not what the host keeps
+// beside it (the private dir); without a mounted layer there is none.
+func TestUpperDir(t *testing.T) {
+	f := newFixture(t)
+	dir := f.dir(t, "sbx")
+	teardownOnFail(t, dir)
+	if _, err := UpperDir(dir); !errdefs.IsNotFound(err) {
+		t.Errorf("UpperDir before Setup: %v, want not found", err)
+	}
+	opts := f.opts(dir, false)
+	r, err := Setup(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(r.Path(), "written"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(r.Path(), "written"), int(opts.UIDBase)+5, int(opts.UIDBase)+5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := PrivateDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	up, err := UpperDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(up, "written"), &st); err != nil || st.Uid != opts.UIDBase+5 {
+		t.Errorf("file written through the root: uid %d (%v) in the upper dir, want %d", st.Uid, err, opts.UIDBase+5)
+	}
+	if _, err := os.Lstat(filepath.Join(up, privateName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the private dir is in the upper dir: %v", err)
+	}
+	if err := r.Teardown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := UpperDir(dir); !errdefs.IsNotFound(err) {
+		t.Errorf("UpperDir after Teardown: %v, want not found", err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/mountinfo"
 )
 
 // busyRetry is how long an unmount that fails with EBUSY is retried before it
@@ -102,7 +103,7 @@ func unmountAll(ctx context.Context, dir string, roots []string) error {
 func unmountUnder(ctx context.Context, roots []string) error {
 	deadline := time.Now().Add(busyRetry)
 	for {
-		all, err := readMountinfo()
+		all, err := mountinfo.Read()
 		if err != nil {
 			return fmt.Errorf("reading mountinfo: %w", err)
 		}
@@ -149,7 +150,7 @@ func unmountUnder(ctx context.Context, roots []string) error {
 // them any more: removing through a live mount would delete the sandbox's
 // data or, worse, a template's.
 func removeFiles(dir string, paths []string) error {
-	all, err := readMountinfo()
+	all, err := mountinfo.Read()
 	if err != nil {
 		return fmt.Errorf("reading mountinfo: %w", err)
 	}

@@ -40,7 +40,7 @@ type Exec struct {
 	// (api.ExecCode*); empty for a normal exit.
 	ErrorCode string
 	// RequestID is the API request that started the exec: CreateExec takes
-	// it from its context (audit.RequestID), FinishExec reads it back.
+	// it from its context (audit.RequestID), FinishExec returns it.
 	// Listings leave it empty.
 	RequestID string
 	// Template is the sandbox's template (name:version) when the exec
@@ -123,14 +123,15 @@ func (s *Store) CreateExec(ctx context.Context, e Exec) error {
 }
 
 // FinishExec writes the outcome of an exec and, when events is not nil, its
-// captured output.
-func (s *Store) FinishExec(ctx context.Context, e Exec, events []byte) error {
+// captured output. It returns the request that started the exec (the
+// record's, see Exec.RequestID), for the exec's audit event.
+func (s *Store) FinishExec(ctx context.Context, e Exec, events []byte) (requestID string, err error) {
 	var code any
 	if e.ExitCode != nil {
 		code = *e.ExitCode
 	}
 	var rid sql.NullString
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(tx *sql.Tx) error {
 		err := tx.StmtContext(ctx, s.finishExec).QueryRowContext(ctx,
 			e.Status, code, nullStr(e.Signal), e.Truncated, e.StdoutBytes, e.StderrBytes, tsp(e.EndedAt),
 			e.DurationMS, nullStr(e.Error), nullStr(e.ErrorCode), e.StdoutDropped, e.StderrDropped, e.Cwd, e.ID).Scan(&rid)
@@ -148,24 +149,9 @@ func (s *Store) FinishExec(ctx context.Context, e Exec, events []byte) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return "", err
 	}
-	if h := s.execHook.Load(); h != nil {
-		e.RequestID = rid.String
-		(*h)(e)
-	}
-	return nil
-}
-
-// SetExecHook makes FinishExec call fn with every exec record it wrote,
-// after the commit, on the caller's goroutine (fn must not block); nil
-// removes the hook.
-func (s *Store) SetExecHook(fn func(Exec)) {
-	if fn == nil {
-		s.execHook.Store(nil)
-		return
-	}
-	s.execHook.Store(&fn)
+	return rid.String, nil
 }
 
 // GetExec returns exec id of sandbox sandboxID.

@@ -213,6 +213,75 @@ CREATE TABLE sandbox_previews (
 ALTER TABLE execs ADD COLUMN stdout_dropped INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE execs ADD COLUMN stderr_dropped INTEGER NOT NULL DEFAULT 0;
 `,
+	// 9: durable sandboxes (docs/lifecycle.md): each sandbox's lifecycle
+	// rules, how a pause holds it, the snapshot it started from, its warm
+	// pool and its last activity; snapshots, pools and pool members; the
+	// seconds paused to disk.
+	`
+ALTER TABLE sandboxes ADD COLUMN on_timeout TEXT NOT NULL DEFAULT 'kill';  -- kill | pause
+ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sandboxes ADD COLUMN idle_timeout_s INTEGER NOT NULL DEFAULT 0; -- 0: never idle-paused
+ALTER TABLE sandboxes ADD COLUMN pause_memory TEXT;                        -- keep | disk while paused
+ALTER TABLE sandboxes ADD COLUMN snapshot_id TEXT;                         -- started from (or reset to)
+ALTER TABLE sandboxes ADD COLUMN pool TEXT;                                -- member of, or claimed from
+ALTER TABLE sandboxes ADD COLUMN last_active_at INTEGER NOT NULL DEFAULT 0; -- never moves back
+CREATE INDEX sandboxes_snapshot ON sandboxes(snapshot_id) WHERE snapshot_id IS NOT NULL;
+
+CREATE TABLE snapshots (
+	id               TEXT PRIMARY KEY,             -- snap_…
+	tenant           TEXT NOT NULL,
+	name             TEXT NOT NULL DEFAULT '',
+	sandbox_id       TEXT NOT NULL,                -- no FK: a snapshot outlives its sandbox
+	parent_id        TEXT NOT NULL DEFAULT '',     -- the snapshot that sandbox started from
+	template         TEXT NOT NULL,                -- the template version its filesystem descends from
+	template_version INTEGER NOT NULL,
+	runtime          TEXT NOT NULL,
+	state            TEXT NOT NULL,                -- creating, ready, failed, deleted
+	memory           INTEGER NOT NULL DEFAULT 0,
+	base_layers      TEXT NOT NULL DEFAULT '[]',   -- JSON: the template version's layer refs, lowest first
+	captured_layers  TEXT NOT NULL DEFAULT '[]',   -- JSON: captured layer refs over them, its own last
+	checkpoint       TEXT NOT NULL DEFAULT '',     -- the memory image's ref in the template store
+	config           TEXT NOT NULL DEFAULT '{}',   -- JSON: the template's run-time config when taken
+	spec             TEXT NOT NULL DEFAULT '{}',   -- JSON: resources and the like, no secrets, env or network
+	size_bytes       INTEGER NOT NULL DEFAULT 0,   -- its own bytes: captured layer and memory image
+	memory_bytes     INTEGER NOT NULL DEFAULT 0,
+	error            TEXT,
+	created_at       INTEGER NOT NULL,
+	ready_at         INTEGER,
+	deleted_at       INTEGER
+);
+CREATE INDEX snapshots_tenant ON snapshots(tenant, created_at, id);
+CREATE INDEX snapshots_sandbox ON snapshots(sandbox_id);
+CREATE INDEX snapshots_state ON snapshots(state);
+-- A name names one live snapshot of a tenant.
+CREATE UNIQUE INDEX snapshots_name ON snapshots(tenant, name) WHERE name != '' AND state IN ('creating','ready');
+
+CREATE TABLE pools (
+	tenant     TEXT NOT NULL,
+	name       TEXT NOT NULL,
+	template   TEXT NOT NULL,                      -- as asked: name or name@version
+	runtime    TEXT NOT NULL DEFAULT '',
+	resources  TEXT NOT NULL DEFAULT '{}',         -- JSON api.Resources
+	size       INTEGER NOT NULL,
+	error      TEXT,                               -- the last refill's failure
+	created_at INTEGER NOT NULL,
+	updated_at INTEGER NOT NULL,
+	PRIMARY KEY (tenant, name)
+);
+
+CREATE TABLE pool_members (
+	sandbox_id TEXT PRIMARY KEY,                   -- no FK: the member row outlives a failed start
+	tenant     TEXT NOT NULL,
+	pool       TEXT NOT NULL,
+	state      TEXT NOT NULL,                      -- starting, ready, claimed
+	created_at INTEGER NOT NULL,
+	ready_at   INTEGER,
+	claimed_at INTEGER
+);
+CREATE INDEX pool_members_pool ON pool_members(tenant, pool, state, created_at);
+
+ALTER TABLE usage_buckets ADD COLUMN paused_disk_s REAL NOT NULL DEFAULT 0;
+`,
 }
 
 func migrate(ctx context.Context, db *sql.DB) error {

@@ -48,10 +48,45 @@ type Sandbox struct {
 	// ErrorCode and ErrorMessage say why a sandbox is in state error.
 	ErrorCode    string
 	ErrorMessage string
-	// EndedAt and EndReason (deleted, expired, crashed, create_failed…) are
-	// set when the sandbox stopped running.
+	// EndedAt and EndReason (the API's stop_reason: deleted, expired, oom,
+	// crashed, host, create_failed…) are set when the sandbox stopped
+	// running.
 	EndedAt   *time.Time
 	EndReason string
+	// Lifecycle are the sandbox's lifecycle rules.
+	Lifecycle Lifecycle
+	// PauseMemory says how a paused sandbox is held (keep or disk); empty
+	// when it is not paused.
+	PauseMemory string
+	// SnapshotID is the snapshot the sandbox started from, or was last
+	// reset to: while the sandbox lives, that snapshot's layers are kept
+	// even if it is deleted.
+	SnapshotID string
+	// Pool is the warm pool the sandbox is a member of, or was claimed
+	// from (PoolMember says which).
+	Pool string
+	// LastActiveAt is the sandbox's last activity, the idle timeout's
+	// start. It never moves back: UpdateSandbox and TouchSandbox keep the
+	// later of the stored time and theirs, so a record read before a
+	// touch does not undo it.
+	LastActiveAt time.Time
+}
+
+// Lifecycle on_timeout values.
+const (
+	OnTimeoutKill  = "kill"
+	OnTimeoutPause = "pause"
+)
+
+// Lifecycle are a sandbox's lifecycle rules (the API's lifecycle).
+type Lifecycle struct {
+	// OnTimeout is kill or pause; empty is stored as kill.
+	OnTimeout string
+	// AutoResume resumes a paused sandbox on the next request to it.
+	AutoResume bool
+	// IdleTimeoutS pauses it after that many seconds without activity; 0
+	// never does.
+	IdleTimeoutS int64
 }
 
 // Idempotency binds a client's Idempotency-Key to the sandbox it created.
@@ -64,22 +99,29 @@ type Idempotency struct {
 
 const sandboxCols = `id, tenant, state, desired_state, spec, handle, secrets, template, template_version, runtime,
 	created_at, expires_at, timeout_s, paused_at, paused_total_ns, metadata, ready_ms, error_code, error_message,
-	ended_at, end_reason`
+	ended_at, end_reason, on_timeout, auto_resume, idle_timeout_s, pause_memory, snapshot_id, pool, last_active_at`
+
+// sandboxPlaceholders are the VALUES of an INSERT of sandboxCols.
+const sandboxPlaceholders = `?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?`
 
 func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 	var (
 		sb                        Sandbox
 		spec, meta                string
 		handle, ecode, emsg, why  sql.NullString
+		pmem, snap, pool          sql.NullString
 		created, expires, pausedN int64
+		active                    int64
 		paused, ended             sql.NullInt64
 	)
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.State, &sb.DesiredState, &spec, &handle, &sb.Secrets, &sb.Template,
 		&sb.TemplateVersion, &sb.Runtime, &created, &expires, &sb.TimeoutS, &paused, &pausedN, &meta, &sb.ReadyMS,
-		&ecode, &emsg, &ended, &why)
+		&ecode, &emsg, &ended, &why, &sb.Lifecycle.OnTimeout, &sb.Lifecycle.AutoResume, &sb.Lifecycle.IdleTimeoutS,
+		&pmem, &snap, &pool, &active)
 	if err != nil {
 		return Sandbox{}, err
 	}
+	sb.PauseMemory, sb.SnapshotID, sb.Pool, sb.LastActiveAt = pmem.String, snap.String, pool.String, fromTS(active)
 	sb.Spec = json.RawMessage(spec)
 	if handle.Valid && handle.String != "" {
 		sb.Handle = json.RawMessage(handle.String)
@@ -111,10 +153,15 @@ func sandboxArgs(sb Sandbox) ([]any, error) {
 	if len(sb.Handle) > 0 {
 		handle = string(sb.Handle)
 	}
+	onTimeout := sb.Lifecycle.OnTimeout
+	if onTimeout == "" {
+		onTimeout = OnTimeoutKill
+	}
 	return []any{sb.ID, sb.Tenant, sb.State, sb.DesiredState, spec, handle, sb.Secrets, sb.Template,
 		sb.TemplateVersion, sb.Runtime, ts(sb.CreatedAt), ts(sb.ExpiresAt), sb.TimeoutS, tsp(sb.PausedAt),
 		int64(sb.PausedTotal), string(mb), sb.ReadyMS, nullStr(sb.ErrorCode), nullStr(sb.ErrorMessage),
-		tsp(sb.EndedAt), nullStr(sb.EndReason)}, nil
+		tsp(sb.EndedAt), nullStr(sb.EndReason), onTimeout, sb.Lifecycle.AutoResume, sb.Lifecycle.IdleTimeoutS,
+		nullStr(sb.PauseMemory), nullStr(sb.SnapshotID), nullStr(sb.Pool), ts(sb.LastActiveAt)}, nil
 }
 
 // CreateSandbox inserts sb (creating its tenant if needed). With idem set it
@@ -144,7 +191,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb Sandbox, idem *Idempotency
 			return fmt.Errorf("creating sandbox: %w", err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes(`+sandboxCols+`)
-			VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, args...); err != nil {
+			VALUES (`+sandboxPlaceholders+`)`, args...); err != nil {
 			if isUniqueViolation(err) {
 				return fmt.Errorf("%w: sandbox %q", errdefs.ErrAlreadyExists, sb.ID)
 			}
@@ -204,7 +251,8 @@ func (s *Store) GetSandbox(ctx context.Context, id, tenant string) (Sandbox, err
 	return sb, nil
 }
 
-// UpdateSandbox writes every field of sb over the stored record.
+// UpdateSandbox writes every field of sb over the stored record, but for
+// LastActiveAt, which only moves forward.
 func (s *Store) UpdateSandbox(ctx context.Context, sb Sandbox) error {
 	args, err := sandboxArgs(sb)
 	if err != nil {
@@ -213,7 +261,8 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb Sandbox) error {
 	res, err := s.w.ExecContext(ctx, `UPDATE sandboxes SET tenant=?2, state=?3, desired_state=?4, spec=?5, handle=?6,
 		secrets=?7, template=?8, template_version=?9, runtime=?10, created_at=?11, expires_at=?12, timeout_s=?13,
 		paused_at=?14, paused_total_ns=?15, metadata=?16, ready_ms=?17, error_code=?18, error_message=?19,
-		ended_at=?20, end_reason=?21 WHERE id=?1`, args...)
+		ended_at=?20, end_reason=?21, on_timeout=?22, auto_resume=?23, idle_timeout_s=?24, pause_memory=?25,
+		snapshot_id=?26, pool=?27, last_active_at=MAX(last_active_at, ?28) WHERE id=?1`, args...)
 	if err != nil {
 		return fmt.Errorf("updating sandbox: %w", err)
 	}
@@ -235,6 +284,10 @@ type SandboxFilter struct {
 	Limit int
 	// Cursor continues a previous page (the NextCursor it returned).
 	Cursor string
+	// PoolMembers lists unclaimed warm pool members too; they are left
+	// out otherwise (nobody has claimed them: they are nobody's sandboxes
+	// yet).
+	PoolMembers bool
 }
 
 // MaxPageSize bounds a listing page.
@@ -271,6 +324,9 @@ func (s *Store) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, 
 		}
 		where = append(where, `json_extract(metadata, '$."`+k+`"') = ?`)
 		args = append(args, v)
+	}
+	if !f.PoolMembers {
+		where = append(where, `id NOT IN (SELECT sandbox_id FROM pool_members WHERE state != '`+MemberClaimed+`')`)
 	}
 	if f.Cursor != "" {
 		c, err := decodeCursor(f.Cursor)
@@ -338,10 +394,46 @@ func (s *Store) SandboxesInStates(ctx context.Context, states ...string) ([]Sand
 	return out, rows.Err()
 }
 
+// TouchSandbox records activity of sandbox id at at (the idle timeout
+// counts from it). An earlier time than the stored one changes nothing.
+func (s *Store) TouchSandbox(ctx context.Context, id string, at time.Time) error {
+	res, err := s.w.ExecContext(ctx, `UPDATE sandboxes SET last_active_at = MAX(last_active_at, ?) WHERE id = ?`, ts(at), id)
+	if err != nil {
+		return fmt.Errorf("recording activity: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%w: sandbox %q", errdefs.ErrNotFound, id)
+	}
+	return nil
+}
+
+// IdleSandboxes returns the running sandboxes whose idle timeout has
+// passed at now: no activity since IdleTimeoutS seconds (counted from the
+// create when there was none), oldest first.
+func (s *Store) IdleSandboxes(ctx context.Context, now time.Time) ([]Sandbox, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE state = 'running' AND idle_timeout_s > 0
+		AND MAX(last_active_at, created_at) + idle_timeout_s * 1000000000 <= ? ORDER BY created_at, id`, ts(now))
+	if err != nil {
+		return nil, fmt.Errorf("listing idle sandboxes: %w", err)
+	}
+	defer rows.Close()
+	var out []Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing idle sandboxes: %w", err)
+		}
+		out = append(out, sb)
+	}
+	return out, rows.Err()
+}
+
 // Purge deletes records that ended before before: sandboxes in state
 // stopped or error whose EndedAt is older, ended execs (and their output),
-// idempotency keys and audit events older than it, and the records of
-// failed template builds. It returns how many sandboxes went.
+// idempotency keys and audit events older than it, the records of failed
+// template builds, and the rows of claimed pool members whose sandbox is
+// no longer live (they count nothing any more). It returns how many
+// sandboxes went.
 func (s *Store) Purge(ctx context.Context, before time.Time) (int, error) {
 	var n int64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
@@ -361,6 +453,10 @@ func (s *Store) Purge(ctx context.Context, before time.Time) (int, error) {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM audit_events WHERE time < ?`, b); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM pool_members WHERE state = ? AND NOT EXISTS (
+			SELECT 1 FROM sandboxes s WHERE s.id = pool_members.sandbox_id AND s.state IN (`+liveSandboxStates+`))`, MemberClaimed); err != nil {
 			return err
 		}
 		// Failed builds are kept for their logs until the retention; the

@@ -1,4 +1,4 @@
-// Package store persists airlock's tenants, API keys, sandboxes, exec records, idempotency keys, template versions and builds, and exposed preview ports in SQLite.
+// Package store persists airlock's tenants, API keys, sandboxes, exec records, idempotency keys, template versions and builds, exposed preview ports, snapshots and warm pools in SQLite.
 //
 // The database is one file in the data dir, opened in WAL mode so that
 // readers never wait for the writer. All writes go through one connection
@@ -15,7 +15,6 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -44,10 +43,6 @@ type Store struct {
 	createExec *sql.Stmt
 	finishExec *sql.Stmt
 	putOutput  *sql.Stmt
-
-	// execHook, when set, is told of every exec record FinishExec wrote
-	// (the audit trail's exec events).
-	execHook atomic.Pointer[func(Exec)]
 }
 
 // Open opens (creating if needed) the database at path and applies pending

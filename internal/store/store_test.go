@@ -287,7 +287,7 @@ func TestExecs(t *testing.T) {
 	code := 3
 	end := t0.Add(time.Minute)
 	e.Status, e.ExitCode, e.EndedAt, e.DurationMS, e.Truncated, e.StdoutBytes = "exited", &code, &end, 55000, true, 9
-	if err := s.FinishExec(ctx, e, []byte("events")); err != nil {
+	if _, err := s.FinishExec(ctx, e, []byte("events")); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := s.GetExec(ctx, "sbx_1", "ex_2")
@@ -334,7 +334,7 @@ func TestPurge(t *testing.T) {
 	if err := s.CreateExec(ctx, Exec{ID: "ex_old", SandboxID: "sbx_old", Tenant: "acme", User: "u", Status: "exited", StartedAt: t0, EndedAt: &ended}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.FinishExec(ctx, Exec{ID: "ex_old", Status: "exited", EndedAt: &ended}, []byte("x")); err != nil {
+	if _, err := s.FinishExec(ctx, Exec{ID: "ex_old", Status: "exited", EndedAt: &ended}, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	n, err := s.Purge(ctx, t0.Add(24*time.Hour))

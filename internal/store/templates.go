@@ -320,12 +320,17 @@ func (s *Store) DeleteTemplateVersions(ctx context.Context, tenant, name string,
 const liveSandboxStates = `'starting','running','paused','stopping'`
 
 // CollectableTemplateVersions returns the deleted versions that no live
-// sandbox uses. A sandbox uses a version when it names it and belongs to
-// its tenant, or the version is a shipped one.
+// sandbox and no live snapshot uses. A sandbox (or a snapshot) uses a
+// version when it names it and belongs to its tenant, or the version is a
+// shipped one; a snapshot is live while it is creating or ready (a sandbox
+// started from a deleted snapshot names the version itself).
 func (s *Store) CollectableTemplateVersions(ctx context.Context) ([]TemplateVersion, error) {
 	return s.queryTemplates(ctx, `SELECT `+templateCols+` FROM templates t WHERE t.state = ? AND NOT EXISTS (
 		SELECT 1 FROM sandboxes s WHERE s.template = t.name AND s.template_version = t.version
-			AND (t.tenant = '' OR s.tenant = t.tenant) AND s.state IN (`+liveSandboxStates+`))`, TemplateDeleted)
+			AND (t.tenant = '' OR s.tenant = t.tenant) AND s.state IN (`+liveSandboxStates+`))
+		AND NOT EXISTS (
+		SELECT 1 FROM snapshots n WHERE n.template = t.name AND n.template_version = t.version
+			AND (t.tenant = '' OR n.tenant = t.tenant) AND n.state IN (?, ?))`, TemplateDeleted, SnapshotCreating, SnapshotReady)
 }
 
 // TemplateVersionInUse reports how many live sandboxes use tv.
@@ -349,11 +354,21 @@ func (s *Store) MarkTemplateVersionPurged(ctx context.Context, id string) error 
 	return nil
 }
 
-// ReferencedTemplateLayers returns every layer ref a version that is
-// building, ready or deleted (still in use) holds: the layers garbage
-// collection must keep.
+// ReferencedTemplateLayers returns the layers garbage collection must
+// keep: every layer ref a version that is building, ready or deleted
+// (still in use) holds, and every ref of a snapshot that is creating or
+// ready or that a live sandbox started from (its template's layers and
+// the captured ones). A layer that only a snapshot holds, its own captured
+// layer above all, is kept exactly as long as the snapshot may be used.
 func (s *Store) ReferencedTemplateLayers(ctx context.Context) (map[string]bool, error) {
-	return s.templateLayers(ctx, TemplateBuilding, TemplateReady, TemplateDeleted)
+	out, err := s.templateLayers(ctx, TemplateBuilding, TemplateReady, TemplateDeleted)
+	if err != nil {
+		return nil, err
+	}
+	if err := snapshotLayers(ctx, s.r, out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // PurgedTemplateLayers returns the layer refs of purged versions: layers

@@ -20,8 +20,10 @@ type UsageCursor struct {
 
 // UsageQuantities are metered amounts. They add up across intervals.
 type UsageQuantities struct {
-	RunningS    float64
-	PausedS     float64
+	RunningS float64
+	PausedS  float64
+	// PausedDiskS is the part of PausedS paused to disk (RAM released).
+	PausedDiskS float64
 	VCPUAllocS  float64
 	VCPUUsedS   float64
 	MemGiBS     float64
@@ -32,7 +34,7 @@ type UsageQuantities struct {
 // Add returns q plus o.
 func (q UsageQuantities) Add(o UsageQuantities) UsageQuantities {
 	return UsageQuantities{
-		RunningS: q.RunningS + o.RunningS, PausedS: q.PausedS + o.PausedS,
+		RunningS: q.RunningS + o.RunningS, PausedS: q.PausedS + o.PausedS, PausedDiskS: q.PausedDiskS + o.PausedDiskS,
 		VCPUAllocS: q.VCPUAllocS + o.VCPUAllocS, VCPUUsedS: q.VCPUUsedS + o.VCPUUsedS,
 		MemGiBS: q.MemGiBS + o.MemGiBS, DiskGiBH: q.DiskGiBH + o.DiskGiBH,
 		EgressBytes: q.EgressBytes + o.EgressBytes,
@@ -42,7 +44,7 @@ func (q UsageQuantities) Add(o UsageQuantities) UsageQuantities {
 // Scale returns q times f.
 func (q UsageQuantities) Scale(f float64) UsageQuantities {
 	return UsageQuantities{
-		RunningS: q.RunningS * f, PausedS: q.PausedS * f, VCPUAllocS: q.VCPUAllocS * f,
+		RunningS: q.RunningS * f, PausedS: q.PausedS * f, PausedDiskS: q.PausedDiskS * f, VCPUAllocS: q.VCPUAllocS * f,
 		VCPUUsedS: q.VCPUUsedS * f, MemGiBS: q.MemGiBS * f, DiskGiBH: q.DiskGiBH * f,
 		EgressBytes: q.EgressBytes * f,
 	}
@@ -106,14 +108,16 @@ func (s *Store) AccrueUsage(ctx context.Context, a UsageAccrual) (bool, error) {
 			}
 			q := a.Q.Scale(float64(hi.Sub(lo)) / float64(total))
 			if _, err := tx.ExecContext(ctx, `INSERT INTO usage_buckets
-				(sandbox_id, hour, tenant, template, running_s, paused_s, vcpu_alloc_s, vcpu_used_s, mem_gib_s, disk_gib_h, egress_bytes)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+				(sandbox_id, hour, tenant, template, running_s, paused_s, paused_disk_s, vcpu_alloc_s, vcpu_used_s, mem_gib_s,
+				disk_gib_h, egress_bytes)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 				ON CONFLICT (sandbox_id, hour) DO UPDATE SET
 				running_s = running_s + excluded.running_s, paused_s = paused_s + excluded.paused_s,
+				paused_disk_s = paused_disk_s + excluded.paused_disk_s,
 				vcpu_alloc_s = vcpu_alloc_s + excluded.vcpu_alloc_s, vcpu_used_s = vcpu_used_s + excluded.vcpu_used_s,
 				mem_gib_s = mem_gib_s + excluded.mem_gib_s, disk_gib_h = disk_gib_h + excluded.disk_gib_h,
 				egress_bytes = egress_bytes + excluded.egress_bytes`,
-				a.SandboxID, ts(h), a.Tenant, a.Template, q.RunningS, q.PausedS, q.VCPUAllocS, q.VCPUUsedS,
+				a.SandboxID, ts(h), a.Tenant, a.Template, q.RunningS, q.PausedS, q.PausedDiskS, q.VCPUAllocS, q.VCPUUsedS,
 				q.MemGiBS, q.DiskGiBH, q.EgressBytes); err != nil {
 				return err
 			}
@@ -151,7 +155,8 @@ type UsageFilter struct {
 
 // ListUsage returns the buckets f selects, oldest first.
 func (s *Store) ListUsage(ctx context.Context, f UsageFilter) ([]UsageRow, error) {
-	q := `SELECT sandbox_id, tenant, template, hour, running_s, paused_s, vcpu_alloc_s, vcpu_used_s, mem_gib_s, disk_gib_h, egress_bytes
+	q := `SELECT sandbox_id, tenant, template, hour, running_s, paused_s, paused_disk_s, vcpu_alloc_s, vcpu_used_s, mem_gib_s,
+		disk_gib_h, egress_bytes
 		FROM usage_buckets WHERE 1=1`
 	var args []any
 	if f.Tenant != "" {
@@ -178,7 +183,7 @@ func (s *Store) ListUsage(ctx context.Context, f UsageFilter) ([]UsageRow, error
 			r UsageRow
 			h int64
 		)
-		if err := rows.Scan(&r.SandboxID, &r.Tenant, &r.Template, &h, &r.Q.RunningS, &r.Q.PausedS, &r.Q.VCPUAllocS,
+		if err := rows.Scan(&r.SandboxID, &r.Tenant, &r.Template, &h, &r.Q.RunningS, &r.Q.PausedS, &r.Q.PausedDiskS, &r.Q.VCPUAllocS,
 			&r.Q.VCPUUsedS, &r.Q.MemGiBS, &r.Q.DiskGiBH, &r.Q.EgressBytes); err != nil {
 			return nil, fmt.Errorf("listing usage: %w", err)
 		}

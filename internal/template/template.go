@@ -10,7 +10,9 @@
 //	  base/1/meta.json      name, version, recipe hash, size, created_at
 //	  python/1/rootfs/      the other shipped templates, built on demand
 //	  layers/<key>/rootfs/  content layers of built and imported templates
-//	                        (layers.go), stacked on a recipe's rootfs
+//	                        (layers.go), stacked on a recipe's rootfs, and
+//	                        snapshots' captured layers (snapshot.go)
+//	  checkpoints/<snap>/   snapshots' memory images (snapshot.go)
 //
 // A build happens in a temporary directory next to the versions and is
 // renamed into place when it is complete, so a half-finished build is never
@@ -187,7 +189,7 @@ func (s *Store) List() ([]Info, error) {
 	}
 	var out []Info
 	for _, e := range ents {
-		if !e.IsDir() || !validName.MatchString(e.Name()) || e.Name() == layersDir {
+		if !e.IsDir() || !validName.MatchString(e.Name()) || e.Name() == layersDir || e.Name() == checkpointsDir {
 			continue
 		}
 		infos, err := s.versions(e.Name())

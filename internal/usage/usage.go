@@ -60,7 +60,7 @@ func Delta[T float64 | uint64](prev, cur T) T {
 // Amounts converts stored quantities to the API's, priced by p.
 func Amounts(q store.UsageQuantities, p config.Prices) api.UsageAmounts {
 	a := api.UsageAmounts{
-		RunningS: q.RunningS, PausedS: q.PausedS, VCPUAllocatedS: q.VCPUAllocS, VCPUUsedS: q.VCPUUsedS,
+		RunningS: q.RunningS, PausedS: q.PausedS, PausedDiskS: q.PausedDiskS, VCPUAllocatedS: q.VCPUAllocS, VCPUUsedS: q.VCPUUsedS,
 		MemoryGiBS: q.MemGiBS, DiskGiBHours: q.DiskGiBH, EgressBytes: q.EgressBytes,
 	}
 	a.Cost = q.VCPUAllocS*p.VCPUSecond + q.MemGiBS*p.GiBSecond + q.DiskGiBH*p.DiskGiBHour +

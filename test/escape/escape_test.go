@@ -793,7 +793,7 @@ func (s *suite) userNamespace(t *testing.T) {
 // abstract unix sockets are in another network namespace.
 func (s *suite) daemonAPIFromInside(t *testing.T) {
 	for _, u := range users {
-		got := s.probe.py(t, u, progConnect, strconv.Itoa(s.e.port), s.host.abstract)
+		got := s.probe.py(t, u, progConnect, strconv.Itoa(s.e.port()), s.host.abstract)
 		t.Logf("network interfaces inside: %s", got["#interfaces"])
 		delete(got, "#interfaces")
 		expect(t, userName(u), got, unreachable, "tcp4_127.0.0.1", "tcp6_::1", "tcp4_localhost")

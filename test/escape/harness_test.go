@@ -2,12 +2,9 @@ package escape
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -15,25 +12,18 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/daemon"
-	"github.com/airlockhq/airlock/internal/hostcheck"
-	"github.com/airlockhq/airlock/internal/template"
 	"github.com/airlockhq/airlock/internal/testutil"
+	"github.com/airlockhq/airlock/internal/testutil/daemontest"
 )
 
 // Timeouts of the harness's own waits.
 const (
-	// daemonStartWait bounds daemon.Run's start: it opens the store and
-	// probes the runtimes, which takes well under a second here; a minute
-	// covers a loaded CI machine.
-	daemonStartWait = time.Minute
 	// callTimeout bounds one API call of the harness (create, exec, files);
 	// the slowest attack exec (memory bomb) ends within seconds.
 	callTimeout = 2 * time.Minute
@@ -50,31 +40,16 @@ const (
 // writable layer storage accepts (16 TiB), far beyond any host's disk.
 const maxDiskMB = 1 << 24
 
-// buildAgent is the static airlock-agent the sandboxes run.
-func buildAgent(t testing.TB) string { return testutil.BuildAgent(t) }
-
 // token returns a random hex string: secrets and markers that cannot occur
 // by chance in anything a sandbox prints.
-func token() string {
-	b := make([]byte, 16)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
+func token() string { return daemontest.Token() }
 
-// env is one in-process `airlock serve` on a temp data dir.
+// env is one in-process `airlock serve` (the suites' one daemon harness)
+// with the escape suite's limits.
 type env struct {
-	t        *testing.T
-	cfg      config.Config
-	adminKey string
-	tr       *http.Transport
-	logs     *tailBuffer
-
-	mu     sync.Mutex
-	url    string // http://127.0.0.1:port
-	port   int
-	cancel context.CancelFunc
-	done   chan error
-	keys   map[string]string // tenant → API key
+	*daemontest.Env
+	t   *testing.T
+	cfg config.Config
 }
 
 // startEnv starts a daemon with a fresh data dir whose templates/ is the
@@ -83,175 +58,49 @@ type env struct {
 // left behind.
 func startEnv(t *testing.T) *env {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("the escape suite drives real sandboxes (root, runc); `make test` runs it")
-	}
-	testutil.RequiresRoot(t)
-	testutil.RequiresBinary(t, "runc")
-	cache := filepath.Join(testutil.DataDir(), "templates")
-	tmpl := template.NewStore(cache)
-	if _, err := tmpl.Get("base", 0); err != nil {
-		// Built once per machine (about half a minute).
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-		defer cancel()
-		var progress strings.Builder
-		if _, err := tmpl.EnsureBase(ctx, &progress); err != nil {
-			t.Fatalf("base template: %v\n%s", err, progress.String())
-		}
-	}
-	dataDir, err := os.MkdirTemp("", "airlock-escape-")
+	de := daemontest.Start(t, daemontest.Options{Prefix: "airlock-escape-", Configure: func(cfg *config.Config) {
+		cfg.LogLevel = "info"
+		// HostDiskSpace asks for more disk than the host has: the server's
+		// maximum must let the request through to the driver's admission.
+		cfg.MaxResources.DiskMB = maxDiskMB
+		// ... and the tenant's disk quota too (its default is finite), so
+		// that the driver's admission is what refuses it on any host.
+		cfg.TenantQuota.DiskMB = 0
+	}})
+	return &env{Env: de, t: t, cfg: de.Config()}
+}
+
+// port is the API's TCP port (it changes on restart).
+func (e *env) port() int {
+	u, err := url.Parse(e.URL())
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	// Sandbox uids must search the data dir to reach their root.
-	if err := os.Chmod(dataDir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(cache, filepath.Join(dataDir, "templates")); err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.DataDir, cfg.Listen, cfg.AgentPath, cfg.NoPrepare = dataDir, "127.0.0.1:0", buildAgent(t), true
-	cfg.LogLevel, cfg.ShutdownTimeoutS = "info", 5
-	// HostDiskSpace asks for more disk than the host has: the server's
-	// maximum must let the request through to the driver's admission.
-	cfg.MaxResources.DiskMB = maxDiskMB
-	// ... and the tenant's disk quota too (its default is finite), so that
-	// the driver's admission is what refuses it on any host.
-	cfg.TenantQuota.DiskMB = 0
-	e := &env{
-		t: t, cfg: cfg, adminKey: "ak_escape_" + token(), logs: &tailBuffer{max: 256 << 10},
-		tr:   http.DefaultTransport.(*http.Transport).Clone(),
-		keys: map[string]string{},
-	}
-	e.start()
-	// After the driver made its directories: from here on nothing new may
-	// stay behind under the sandboxes dir, and no process of ours.
-	roots := []string{filepath.Join(dataDir, "sandboxes")}
-	if _, err := os.Stat(filepath.Join(dataDir, "gvisor", "sandboxes")); err == nil {
-		roots = append(roots, filepath.Join(dataDir, "gvisor", "sandboxes")) // the gvisor driver's
-	}
-	snap := hostcheck.Take(t, roots...)
-	t.Cleanup(func() {
-		e.deleteAll()
-		if err := e.stop(); err != nil {
-			t.Errorf("daemon: %v", err)
-		}
-		snap.AssertNoLeaks(t)
-		if t.Failed() {
-			t.Logf("daemon log (tail):\n%s", e.logs.String())
-		}
-		os.RemoveAll(dataDir)
-	})
-	return e
-}
-
-// start runs daemon.Run on e.cfg and waits until it serves.
-func (e *env) start() {
-	e.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- daemon.Run(ctx, e.cfg, daemon.Options{AdminKey: e.adminKey, Stderr: e.logs, Ready: func(a net.Addr) { addrc <- a }})
-	}()
-	select {
-	case a := <-addrc:
-		e.mu.Lock()
-		e.url, e.port, e.cancel, e.done = "http://"+a.String(), a.(*net.TCPAddr).Port, cancel, done
-		e.mu.Unlock()
-	case err := <-done:
-		cancel()
-		e.t.Fatalf("daemon exited at start: %v\n%s", err, e.logs.String())
-	case <-time.After(daemonStartWait):
-		cancel()
-		e.t.Fatalf("daemon did not start within %v\n%s", daemonStartWait, e.logs.String())
-	}
-}
-
-// stop shuts the daemon down; sandboxes keep running, as across a real
-// restart.
-func (e *env) stop() error {
-	e.mu.Lock()
-	cancel, done := e.cancel, e.done
-	e.cancel, e.done = nil, nil
-	e.mu.Unlock()
-	if cancel == nil {
-		return nil
-	}
-	cancel()
-	err := <-done
-	e.tr.CloseIdleConnections()
-	return err
+	p, _ := strconv.Atoi(u.Port())
+	return p
 }
 
 // restart stops the daemon and starts a new one on the same data dir (on a
 // new port): it re-adopts every running sandbox.
-func (e *env) restart() {
-	e.t.Helper()
-	if err := e.stop(); err != nil {
-		e.t.Fatalf("daemon stop: %v", err)
-	}
-	e.start()
-}
+func (e *env) restart() { e.Restart() }
 
 // client returns an SDK client authenticated as key.
-func (e *env) client(key string) *client.Client {
-	e.mu.Lock()
-	u := e.url
-	e.mu.Unlock()
-	c, err := client.New(u, key, client.WithHTTPClient(&http.Client{Transport: e.tr}))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return c
-}
+func (e *env) client(key string) *client.Client { return e.Client(key) }
 
 // admin is a client with the admin key.
-func (e *env) admin() *client.Client { return e.client(e.adminKey) }
+func (e *env) admin() *client.Client { return e.Admin() }
 
 // key returns the API key of tenant, created on first use.
-func (e *env) key(t testing.TB, tenant string) string {
-	t.Helper()
-	e.mu.Lock()
-	k, ok := e.keys[tenant]
-	e.mu.Unlock()
-	if ok {
-		return k
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	created, err := e.admin().CreateKey(ctx, api.CreateKeyRequest{Tenant: tenant, Name: "escape"})
-	if err != nil {
-		t.Fatalf("creating a key for %s: %v", tenant, err)
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if k, ok := e.keys[tenant]; ok {
-		return k // a parallel caller won; its key is as good
-	}
-	e.keys[tenant] = created.Key
-	return created.Key
-}
+func (e *env) key(t testing.TB, tenant string) string { return e.Key(t, tenant) }
 
 // allKeys returns every API key the suite made, the admin key first.
-func (e *env) allKeys() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := []string{e.adminKey}
-	for _, k := range e.keys {
-		out = append(out, k)
-	}
-	return out
-}
+func (e *env) allKeys() []string { return e.Keys() }
 
 // raw sends one HTTP request with key, for what the SDK does not expose
 // (file operations as root: ?user=root). It returns the status and body.
 func (e *env) raw(t testing.TB, key, method, path string, query url.Values, body io.Reader, contentType string) (int, []byte) {
 	t.Helper()
-	e.mu.Lock()
-	u := e.url + path
-	e.mu.Unlock()
+	u := e.URL() + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
@@ -265,7 +114,7 @@ func (e *env) raw(t testing.TB, key, method, path string, query url.Values, body
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	res, err := (&http.Client{Transport: e.tr}).Do(req)
+	res, err := (&http.Client{Transport: e.Transport()}).Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -312,56 +161,6 @@ func (e *env) info(t testing.TB) *api.Info {
 		t.Fatal(err)
 	}
 	return info
-}
-
-// deleteAll deletes every sandbox still live (a test that failed half-way).
-func (e *env) deleteAll() {
-	e.mu.Lock()
-	running := e.cancel != nil
-	e.mu.Unlock()
-	if !running {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*cleanupTimeout)
-	defer cancel()
-	c := e.admin()
-	var ids []string
-	for sb, err := range c.Sandboxes(ctx, client.ListOptions{}) {
-		if err != nil {
-			e.t.Errorf("listing sandboxes at cleanup: %v", err)
-			break
-		}
-		ids = append(ids, sb.ID)
-	}
-	for _, id := range ids {
-		if err := c.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, client.ErrNotFound) {
-			e.t.Errorf("deleting %s at cleanup: %v", id, err)
-		}
-	}
-}
-
-// tailBuffer keeps the last max bytes written to it (the daemon's log, shown
-// when a test fails).
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (w *tailBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.b = append(w.b, p...)
-	if len(w.b) > w.max {
-		w.b = append(w.b[:0], w.b[len(w.b)-w.max:]...)
-	}
-	return len(p), nil
-}
-
-func (w *tailBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return string(w.b)
 }
 
 // sbx is one sandbox of the suite.

@@ -117,6 +117,16 @@ func (s *sandbox) connect(t *testing.T, d driver.Driver) {
 	s.d = d
 }
 
+// start starts the stopped sandbox again and connects to its new agent.
+func (s *sandbox) start(t *testing.T) {
+	t.Helper()
+	if err := s.d.Start(ctxT(t), s.id); err != nil {
+		t.Fatalf("Start of a stopped sandbox: %v", err)
+	}
+	s.c = nil // the old client died with the old agent
+	s.connect(t, s.d)
+}
+
 // destroy destroys the sandbox (idempotent) and closes its client.
 func (s *sandbox) destroy(t *testing.T) {
 	t.Helper()
@@ -224,6 +234,30 @@ func (s *sandbox) mustSh(t *testing.T, user, cmd string) string {
 		t.Fatalf("%q: %v", cmd, r)
 	}
 	return r.Stdout
+}
+
+// writeFile writes content to path in the sandbox through the agent's file
+// operations, as the default user.
+func (s *sandbox) writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if _, err := s.c.WriteFile(ctxT(t), path, "", 0o644, strings.NewReader(content), 0); err != nil {
+		t.Fatalf("WriteFile %s: %v", path, err)
+	}
+}
+
+// readFile reads path in the sandbox through the agent's file operations.
+func (s *sandbox) readFile(t *testing.T, path string) string {
+	t.Helper()
+	rc, _, err := s.c.ReadFile(ctxT(t), path, "")
+	if err != nil {
+		t.Fatalf("ReadFile %s: %v", path, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("ReadFile %s: %v", path, err)
+	}
+	return string(b)
 }
 
 // alive checks the sandbox still runs commands.

@@ -9,11 +9,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/driver"
@@ -24,6 +27,14 @@ import (
 // Run runs the conformance suite against d, whose sandboxes start from tmpl.
 // Cases that check limits and isolation run in parallel; the teardown case
 // runs last, alone, so that its leak check sees only its own sandboxes.
+//
+// A case needs what it checks: a capability the driver declares (pause,
+// disk quota, layer capture), a boundary around the sandbox (every driver
+// but the tests' fake, whose Isolation is none: its sandboxes are
+// processes of the host, where a fork bomb or a host-file probe would test
+// the host, or harm it), or host processes to look at (container
+// isolation). A case whose need the driver lacks is skipped with that
+// reason; a driver that declares a capability it does not implement fails.
 func Run(t *testing.T, d driver.Driver, tmpl driver.Template, opts ...Option) {
 	o := options{teardownCount: 50}
 	for _, f := range opts {
@@ -35,22 +46,31 @@ func Run(t *testing.T, d driver.Driver, tmpl driver.Template, opts ...Option) {
 		cases := []struct {
 			name string
 			f    func(*testing.T, driver.Driver, driver.Template)
+			// boundary says the case needs one (see Run).
+			boundary bool
 		}{
-			{"ForkBomb", testForkBomb},
-			{"MemoryBomb", testMemoryBomb},
-			{"OutputFlood", testOutputFlood},
-			{"DiskFill", testDiskFill},
-			{"TimeoutTree", testTimeoutTree},
-			{"BackgroundDies", testBackgroundDies},
-			{"HostFiles", testHostFiles},
-			{"CrossSandbox", testCrossSandbox},
-			{"Users", testUsers},
-			{"PauseResume", testPauseResume},
-			{"StopStart", testStopStart},
+			{"ForkBomb", testForkBomb, true},
+			{"MemoryBomb", testMemoryBomb, true},
+			{"OutputFlood", testOutputFlood, false},
+			{"DiskFill", testDiskFill, true},
+			// Its check lists the sandbox's /proc: the host's, without
+			// a boundary.
+			{"TimeoutTree", testTimeoutTree, true},
+			{"BackgroundDies", testBackgroundDies, true},
+			{"HostFiles", testHostFiles, true},
+			{"CrossSandbox", testCrossSandbox, true},
+			{"Users", testUsers, true},
+			// Without a boundary there is nothing to freeze.
+			{"PauseResume", testPauseResume, true},
+			{"StopStart", testStopStart, false},
+			{"LayerCapture", testLayerCapture, false},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
+				if tc.boundary {
+					requireBoundary(t, d)
+				}
 				tc.f(t, d, tmpl)
 			})
 		}
@@ -58,7 +78,10 @@ func Run(t *testing.T, d driver.Driver, tmpl driver.Template, opts ...Option) {
 	// The quota's enforcement is read from the kernel's counters, which
 	// other work on the host cannot make it look wrong; it runs after the
 	// parallel cases only to keep their load off its sandbox.
-	t.Run("CPUQuota", func(t *testing.T) { testCPUQuota(t, d, tmpl) })
+	t.Run("CPUQuota", func(t *testing.T) {
+		requireBoundary(t, d)
+		testCPUQuota(t, d, tmpl)
+	})
 	t.Run("Recover", func(t *testing.T) {
 		if o.reopen == nil {
 			t.Skip("driver gave no WithReopen")
@@ -67,6 +90,33 @@ func Run(t *testing.T, d driver.Driver, tmpl driver.Template, opts ...Option) {
 	})
 	t.Run("Teardown", func(t *testing.T) { testTeardown(t, d, tmpl, o) })
 }
+
+// requireBoundary skips t for a driver without any isolation boundary.
+func requireBoundary(t *testing.T, d driver.Driver) {
+	t.Helper()
+	if !bounded(d) {
+		t.Skip("the driver puts no boundary around a sandbox (isolation none): the case would run on the host")
+	}
+}
+
+// optional returns d as the optional interface T that its capability
+// (Capabilities field name, declared) stands for: it skips t when the
+// driver declares no such capability and fails it when the driver declares
+// one it does not implement.
+func optional[T any](t *testing.T, d driver.Driver, declared bool, name string) T {
+	t.Helper()
+	v, ok := d.(T)
+	switch {
+	case !declared:
+		t.Skipf("the driver declares no %s (Capabilities.%s)", strings.ToLower(name), name)
+	case !ok:
+		t.Fatalf("the driver declares Capabilities.%s but implements no %T", name, (*T)(nil))
+	}
+	return v
+}
+
+// bounded reports whether d isolates its sandboxes at all.
+func bounded(d driver.Driver) bool { return d.Capabilities().Isolation != driver.IsolationNone }
 
 func testProbe(t *testing.T, d driver.Driver) {
 	h := d.Probe(ctxT(t))
@@ -616,13 +666,7 @@ func testUsers(t *testing.T, d driver.Driver, tmpl driver.Template) {
 // testPauseResume: a paused sandbox does not run (a clock loop shows a gap
 // as long as the pause) and runs again after Resume.
 func testPauseResume(t *testing.T, d driver.Driver, tmpl driver.Template) {
-	p, ok := d.(driver.Pauser)
-	switch {
-	case !d.Capabilities().Pause:
-		t.Skip("the driver declares no pause (Capabilities.Pause)")
-	case !ok:
-		t.Fatal("the driver declares Capabilities.Pause but implements no driver.Pauser")
-	}
+	p := optional[driver.Pauser](t, d, d.Capabilities().Pause, "Pause")
 	s := create(t, d, tmpl, driver.Resources{})
 	ctx := ctxT(t)
 	id := newID("ex_")
@@ -716,7 +760,10 @@ func testPauseResume(t *testing.T, d driver.Driver, tmpl driver.Template) {
 func testStopStart(t *testing.T, d driver.Driver, tmpl driver.Template) {
 	s := create(t, d, tmpl, driver.Resources{})
 	secret := token()
-	s.mustSh(t, "", "echo "+secret+" > /home/user/kept; nohup sh -c \"trap '' TERM; sleep 1000\" >/dev/null 2>&1 &")
+	s.writeFile(t, "/home/user/kept", secret)
+	if bounded(d) {
+		s.mustSh(t, "", "nohup sh -c \"trap '' TERM; sleep 1000\" >/dev/null 2>&1 &")
+	}
 	ctx := ctxT(t)
 	var procs []hostProc
 	if hostVisible(d) {
@@ -733,13 +780,9 @@ func testStopStart(t *testing.T, d driver.Driver, tmpl driver.Template) {
 	if left := stillAlive(procs); len(left) > 0 {
 		t.Errorf("processes alive after Stop: %+v", left)
 	}
-	if err := d.Start(ctx, s.id); err != nil {
-		t.Fatalf("Start after Stop: %v", err)
-	}
-	s.c = nil
-	s.connect(t, d)
-	if out := s.mustSh(t, "", "cat /home/user/kept"); strings.TrimSpace(out) != secret {
-		t.Errorf("file after Stop/Start = %q, want %q", out, secret)
+	s.start(t)
+	if got := s.readFile(t, "/home/user/kept"); got != secret {
+		t.Errorf("file after Stop/Start = %q, want %q", got, secret)
 	}
 }
 
@@ -749,7 +792,7 @@ func testStopStart(t *testing.T, d driver.Driver, tmpl driver.Template) {
 func testRecover(t *testing.T, d driver.Driver, tmpl driver.Template, reopen func(*testing.T) driver.Driver) {
 	live := create(t, d, tmpl, driver.Resources{})
 	dead := create(t, d, tmpl, driver.Resources{})
-	live.mustSh(t, "", "echo before > /tmp/f")
+	live.writeFile(t, "/tmp/f", "before")
 	var deadProcs []hostProc
 	if hostVisible(d) {
 		pid := dead.initPid(t)
@@ -769,9 +812,10 @@ func testRecover(t *testing.T, d driver.Driver, tmpl driver.Template, reopen fun
 		t.Fatalf("Recover of a running sandbox: %v", err)
 	}
 	live.connect(t, d2)
-	if out := live.mustSh(t, "", "cat /tmp/f"); strings.TrimSpace(out) != "before" {
-		t.Errorf("recovered sandbox lost its file: %q", out)
+	if got := live.readFile(t, "/tmp/f"); got != "before" {
+		t.Errorf("recovered sandbox lost its file: %q", got)
 	}
+	live.alive(t)
 	if st, err := d2.Inspect(ctx, live.id); err != nil || st.State != driver.StateRunning {
 		t.Errorf("Inspect of the recovered sandbox = %+v, %v", st, err)
 	}
@@ -787,6 +831,63 @@ func testRecover(t *testing.T, d driver.Driver, tmpl driver.Template, reopen fun
 	dead.d = d2
 	if _, err := d2.Inspect(ctx, dead.id); !errdefs.IsNotFound(err) {
 		t.Errorf("Inspect after Destroy = %v, want not found", err)
+	}
+}
+
+// testLayerCapture: the writable layer of a stopped sandbox holds what it
+// wrote, owned by the host uids its users map to, and a deleted template
+// file as an overlay whiteout; the layer is refused while the sandbox runs
+// (before its stop and after its next start).
+func testLayerCapture(t *testing.T, d driver.Driver, tmpl driver.Template) {
+	lc := optional[driver.LayerCapturer](t, d, d.Capabilities().LayerCapture, "LayerCapture")
+	s := create(t, d, tmpl, driver.Resources{})
+	ctx := ctxT(t)
+	secret := token()
+	s.mustSh(t, "root", "mkdir -p /opt/capture && echo "+secret+" > /opt/capture/by-root && rm /etc/debian_version")
+	s.mustSh(t, "", "echo "+secret+" > /home/user/by-user")
+	if _, err := lc.WritableLayer(ctx, s.id); !errors.Is(err, errdefs.ErrInvalidState) {
+		t.Errorf("WritableLayer of a running sandbox = %v, want invalid state", err)
+	}
+	s.c.Close()
+	if err := d.Stop(ctx, s.id, 0); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	wl, err := lc.WritableLayer(ctx, s.id)
+	if err != nil {
+		t.Fatalf("WritableLayer of a stopped sandbox: %v", err)
+	}
+	if wl.IDCount < 65536 || uint64(wl.UIDBase)+uint64(wl.IDCount) > 1<<32 {
+		t.Errorf("id mapping %d+%d", wl.UIDBase, wl.IDCount)
+	}
+	for _, f := range []struct {
+		path string
+		uid  uint32 // inside
+	}{{"opt/capture/by-root", 0}, {"home/user/by-user", 1000}} {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(wl.Dir, f.path), &st); err != nil {
+			t.Errorf("%s not in the layer: %v", f.path, err)
+			continue
+		}
+		if st.Uid != wl.UIDBase+f.uid || st.Gid != wl.UIDBase+f.uid {
+			t.Errorf("%s: host owner %d:%d, want %d (uid %d inside)", f.path, st.Uid, st.Gid, wl.UIDBase+f.uid, f.uid)
+		}
+		if b, err := os.ReadFile(filepath.Join(wl.Dir, f.path)); err != nil || strings.TrimSpace(string(b)) != secret {
+			t.Errorf("%s holds %q (%v)", f.path, b, err)
+		}
+	}
+	var wh unix.Stat_t
+	if err := unix.Lstat(filepath.Join(wl.Dir, "etc/debian_version"), &wh); err != nil || wh.Mode&unix.S_IFMT != unix.S_IFCHR || wh.Rdev != 0 {
+		t.Errorf("deleted template file: mode %o rdev %d (%v), want a whiteout (0/0 character device)", wh.Mode, wh.Rdev, err)
+	}
+	if _, err := os.Lstat(filepath.Join(wl.Dir, ".airlock")); err == nil && !slices.Contains(wl.RuntimeNames, ".airlock") {
+		t.Errorf("the agent's mount point is in the layer but not among its runtime names %v", wl.RuntimeNames)
+	}
+	s.start(t)
+	if _, err := lc.WritableLayer(ctx, s.id); !errors.Is(err, errdefs.ErrInvalidState) {
+		t.Errorf("WritableLayer after the next start = %v, want invalid state", err)
+	}
+	if out := s.mustSh(t, "", "cat /home/user/by-user"); strings.TrimSpace(out) != secret {
+		t.Errorf("file after the capture and a start = %q", out)
 	}
 }
 
@@ -827,7 +928,9 @@ func testTeardown(t *testing.T, d driver.Driver, tmpl driver.Template, o options
 				errs <- err
 				return
 			}
-			if i%3 != 0 {
+			// Background processes of a driver without a boundary would
+			// be the host's, beyond its reach.
+			if i%3 != 0 || !bounded(d) {
 				return
 			}
 			procs, err := startBackground(ctx, d, id)

@@ -1,15 +1,18 @@
-// Package gvisor is the airlock driver that runs each sandbox on gVisor's user-space kernel: the runc driver's bundle, storage, uid ranges and cgroups, run by Debian's runsc.
+// Package gvisor is the airlock driver that runs each sandbox on gVisor's user-space kernel: the shared OCI core's bundle, storage, uid ranges and cgroups (internal/driver/oci), run by Debian's runsc.
 //
 // The sandbox's system calls are served by runsc's Sentry (one host process
 // per sandbox, itself confined by seccomp), its files by the Gofer, so the
-// host kernel's attack surface shrinks to what those two use. Everything
-// but the runtime is the runc driver's (internal/driver/runc, through
-// runc.Runtime): storage, limits, lifecycle, recovery after a daemon
-// restart. What differs is described in docs/drivers.md.
+// host kernel's attack surface shrinks to what those two use. Storage,
+// limits, lifecycle and recovery after a daemon restart are the core's;
+// what runsc does differently is this package's oci.Runtime methods: the
+// bundle's edits and the agent's own socket (driver.go), runsc's network
+// stack and where its commands run (state.go, netstack.go), and the
+// processes of its own it leaves to the daemon (handle.go). See
+// docs/drivers.md.
 //
-// Layout under Config.DataDir is the runc driver's, with runsc's state in
-// runsc/ and, per sandbox, uds/: the directory where the agent's socket
-// lives (see runc's agentsock.go).
+// Layout under Config.DataDir is the core's, with runsc's state in runsc/
+// and, per sandbox, uds/: the directory where the agent's socket lives
+// (oci.SharedDirSocket).
 package gvisor
 
 import (
@@ -29,7 +32,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/driver"
-	"github.com/airlockhq/airlock/internal/driver/runc"
+	"github.com/airlockhq/airlock/internal/driver/oci"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/lazyregexp"
 )
@@ -38,10 +41,13 @@ import (
 const Name = "gvisor"
 
 var (
-	_ driver.Driver     = (*Driver)(nil)
-	_ driver.Pauser     = (*Driver)(nil)
-	_ driver.Stater     = (*Driver)(nil)
-	_ driver.OOMCounter = (*Driver)(nil)
+	_ driver.Driver        = (*Driver)(nil)
+	_ driver.Pauser        = (*Driver)(nil)
+	_ driver.Stater        = (*Driver)(nil)
+	_ driver.OOMCounter    = (*Driver)(nil)
+	_ driver.LayerCapturer = (*Driver)(nil)
+	_ driver.Lister        = (*Driver)(nil)
+	_ oci.Runtime          = (*Driver)(nil)
 )
 
 // Platforms of Debian's runsc. ptrace works everywhere; kvm needs /dev/kvm
@@ -102,15 +108,19 @@ const probeTimeout = 20 * time.Second
 // sandbox, and GET /v1/info asks for health on every call.
 const probeTTL = time.Minute
 
-// Driver runs sandboxes with runsc. It is the runc driver with runsc as its
-// runtime; Probe adds a real start of a sandbox on the configured platform.
+// Driver runs sandboxes with runsc on the OCI core; Probe adds a real start
+// of a sandbox on the configured platform.
 type Driver struct {
-	*runc.Driver
+	*oci.Core
 	cfg Config
 
 	probeMu   sync.Mutex
 	probeAt   time.Time
 	probeLast driver.Health
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
 }
 
 // New returns a gVisor driver rooted at cfg.DataDir. It does not check that
@@ -141,36 +151,50 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	rd, err := runc.New(runc.Config{
-		DataDir: cfg.DataDir, AgentPath: cfg.AgentPath, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes,
+	d := &Driver{cfg: cfg, stop: make(chan struct{})}
+	core, err := oci.New(oci.Config{
+		Name: Name, DataDir: cfg.DataDir, AgentPath: cfg.AgentPath, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes,
 		UIDRangeStart: cfg.UIDRangeStart, CgroupParent: cfg.CgroupParent,
-		Runtime: runc.Runtime{
-			Name:       Name,
-			Isolation:  driver.IsolationUserspaceKernel,
-			Binary:     cfg.RunscPath,
-			StateDir:   "runsc",
-			GlobalArgs: globalArgs(cfg.Platform),
-			RunArgs:    runArgs,
-			// runsc has no --preserve-fds.
-			ListenSocket: true,
-			Helpers:      true,
-			KeepOOMScore: true,
-			// The Sentry loads the agent as the sandbox's root.
-			ReadableAgent: true,
-			PausesItself:  true,
-			// The Sentry's netstack takes the namespace's interfaces at
-			// start (see netstack.go).
-			InterfacesAtStart: true,
-			// Its control socket is abstract, in the sandbox's namespace.
-			CommandsInNetNS: true,
-			EditSpec:        editSpec,
-			Launch:          launch,
-		},
-	})
+		Binary: cfg.RunscPath, StateDir: "runsc", GlobalArgs: globalArgs(cfg.Platform),
+		// runsc has no --preserve-fds: the agent listens itself.
+		Socket: oci.SharedDirSocket{},
+		// The Sentry loads the agent as the sandbox's root, through the
+		// Gofer: the binary must be readable by it. The agent still makes
+		// itself non-dumpable (internal/agent/nodump).
+		AgentMode: 0o755,
+	}, d)
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{Driver: rd, cfg: cfg}, nil
+	d.Core = core
+	d.wg.Add(1)
+	go d.reapLoop()
+	return d, nil
+}
+
+// Close stops the driver's reaping and drops its watches. Sandboxes keep
+// running: a new driver on the same data dir recovers them.
+func (d *Driver) Close() error {
+	d.stopOnce.Do(func() { close(d.stop) })
+	d.wg.Wait()
+	return d.Core.Close()
+}
+
+// Name is "gvisor".
+func (d *Driver) Name() string { return Name }
+
+// Capabilities of gVisor: a user-space kernel, pause in the Sentry, the
+// core's disk quota and layer capture, every network mode; the Sentry's
+// netstack takes the namespace's interfaces at start (see state.go).
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{
+		Isolation:         driver.IsolationUserspaceKernel,
+		Pause:             true,
+		DiskQuota:         true,
+		NetworkModes:      []driver.NetworkMode{driver.NetworkNone, driver.NetworkAllowlist, driver.NetworkOpen},
+		InterfacesAtStart: true,
+		LayerCapture:      true,
+	}
 }
 
 // globalArgs are runsc's flags for every command.
@@ -188,30 +212,12 @@ func globalArgs(platform string) []string {
 	return []string{"--platform=" + platform, "--host-uds=all", "--overlay2=none"}
 }
 
-// runArgs chooses runsc's network stack. A sandbox that joins a namespace
-// the daemon prepared gets gVisor's own stack (netstack) on that
-// namespace's interfaces: its packets leave through the namespace's veth,
-// where the network layer's resolver, proxy and filter (all on the host
-// side) apply as to a runc sandbox; in mode none the namespace has only
-// loopback, and so has the sandbox. launch starts runsc from inside the
-// namespace. A sandbox without one gets loopback only.
-//
-// runsc's other way, the host kernel's stack (--network=host), cannot work
-// here: it runs the Sentry in the bundle's user namespace as the unmapped
-// host root, without the capabilities to set up its chroot (EPERM).
-func runArgs(spec driver.Spec) []string {
-	if spec.NetNSPath != "" {
-		return []string{flagNetstack}
-	}
-	return []string{flagNoNet}
-}
-
 // resolvConfName is the sandbox dir's copy of the namespace's resolver
 // configuration.
 const resolvConfName = "resolv.conf"
 
-// editSpec adapts the runc bundle to runsc.
-func editSpec(s *specs.Spec, spec driver.Spec, dir string) error {
+// EditBundle adapts the core's bundle to runsc.
+func (d *Driver) EditBundle(s *specs.Spec, spec driver.Spec, dir string) error {
 	for i, m := range s.Mounts {
 		// runsc's Gofer opens bind sources as the sandbox's root, an
 		// unprivileged host uid, where runc opens them as host root: the
@@ -252,7 +258,7 @@ func editSpec(s *specs.Spec, spec driver.Spec, dir string) error {
 	return nil
 }
 
-// Probe checks what the runc driver checks (root, the binary, cgroups,
+// Probe checks what the core needs of the host (root, the binary, cgroups,
 // idmapped mounts, the agent) and that runsc really starts a sandbox on the
 // configured platform. The result is kept for probeTTL.
 func (d *Driver) Probe(ctx context.Context) driver.Health {
@@ -261,7 +267,7 @@ func (d *Driver) Probe(ctx context.Context) driver.Health {
 	if !d.probeAt.IsZero() && time.Since(d.probeAt) < probeTTL {
 		return d.probeLast
 	}
-	h := d.Driver.Probe(ctx)
+	h := d.ProbeHost(ctx)
 	if h.State == driver.HealthHealthy {
 		if err := d.startCheck(ctx); err != nil {
 			h = driver.Health{State: driver.HealthUnhealthy, Description: "runsc cannot start a sandbox (platform " + d.cfg.Platform + "): " + err.Error()}

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 
 	"github.com/vishvananda/netlink"
@@ -31,11 +30,12 @@ const netConfigName = "netstack.json"
 // in runsc's mount namespace (and only there).
 const procDirName = "netproc"
 
-// launch runs runsc's `run` of a sandbox. With netstack in a namespace the
-// daemon prepared, runsc must start from inside that namespace, where it
-// copies the interfaces' addresses and routes into gVisor's stack, strips
-// them from the host side and hands the Sentry raw sockets on them. Two
-// things stand in the way of Debian's runsc on this kernel:
+// Starting runsc in a namespace (Launch, with netstack). With netstack in
+// a namespace the daemon prepared, runsc must start from inside that
+// namespace, where it copies the interfaces' addresses and routes into
+// gVisor's stack, strips them from the host side and hands the Sentry raw
+// sockets on them. Two things stand in the way of Debian's runsc on this
+// kernel:
 //
 //   - runsc tells the host's root namespace from another by whether
 //     /proc/sys/net/core/rmem_default exists, which since Linux 6.x it does
@@ -49,28 +49,12 @@ const procDirName = "netproc"
 //     directory of the sandbox that nothing else uses.
 //   - runsc removes the addresses from the namespace's interfaces, so a
 //     second run (a restart) would find none: they are put back from
-//     netstack.json first.
+//     netstack.json first (RunArgs, restoreAddrs).
 //
 // The namespaces are entered by child processes (nsenter, unshare, a shell
 // that mounts and execs runsc), never by a thread of the daemon: a Go
 // thread that changed namespaces may be the main one, whose view
 // /proc/self shows to the whole daemon.
-func launch(cmd *exec.Cmd, netnsPath, dir string) error {
-	if netnsPath == "" || !slices.Contains(cmd.Args, flagNetstack) {
-		return cmd.Run()
-	}
-	if err := restoreAddrs(netnsPath, filepath.Join(dir, netConfigName)); err != nil {
-		return err
-	}
-	visible := filepath.Join(dir, procDirName)
-	if err := os.Mkdir(visible, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("creating proc dir: %w", err)
-	}
-	if err := wrapInNamespaces(cmd, netnsPath, visible); err != nil {
-		return err
-	}
-	return cmd.Run()
-}
 
 // nsScript runs in runsc's new mount namespace: $1 is where /proc is bound,
 // the rest is runsc's command line.
@@ -116,20 +100,21 @@ type routeConfig struct {
 	Gw  string `json:"gw,omitempty"`
 }
 
-// restoreAddrs, in the calling thread's network namespace, records the
-// IPv4 addresses and routes of every interface that is up (except
-// loopback) in path, and gives those runsc stripped in an earlier run
-// their recorded ones back. The namespace is the daemon's: the sandbox
+// restoreAddrs records the IPv4 addresses and routes of every interface
+// of the namespace at netnsPath that is up (except loopback) in path, and
+// gives those runsc stripped in an earlier run their recorded ones back.
+// It returns how many interfaces have addresses now: none means the
+// namespace has loopback only. The namespace is the daemon's: the sandbox
 // never had a say in it.
-func restoreAddrs(netnsPath, path string) error {
+func restoreAddrs(netnsPath, path string) (int, error) {
 	ns, err := netns.GetFromPath(netnsPath)
 	if err != nil {
-		return fmt.Errorf("opening network namespace: %w", err)
+		return 0, fmt.Errorf("opening network namespace: %w", err)
 	}
 	defer ns.Close()
 	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
-		return fmt.Errorf("opening netlink in the sandbox namespace: %w", err)
+		return 0, fmt.Errorf("opening netlink in the sandbox namespace: %w", err)
 	}
 	defer h.Close()
 	var saved netConfig
@@ -137,15 +122,15 @@ func restoreAddrs(netnsPath, path string) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
-		return fmt.Errorf("reading network configuration: %w", err)
+		return 0, fmt.Errorf("reading network configuration: %w", err)
 	default:
 		if err := json.Unmarshal(b, &saved); err != nil {
-			return fmt.Errorf("parsing network configuration: %w", err)
+			return 0, fmt.Errorf("parsing network configuration: %w", err)
 		}
 	}
 	links, err := h.LinkList()
 	if err != nil {
-		return fmt.Errorf("listing links: %w", err)
+		return 0, fmt.Errorf("listing links: %w", err)
 	}
 	var now netConfig
 	for _, l := range links {
@@ -155,7 +140,7 @@ func restoreAddrs(netnsPath, path string) error {
 		}
 		addrs, err := h.AddrList(l, netlink.FAMILY_V4)
 		if err != nil {
-			return fmt.Errorf("listing addresses of %s: %w", a.Name, err)
+			return 0, fmt.Errorf("listing addresses of %s: %w", a.Name, err)
 		}
 		if len(addrs) == 0 {
 			i := slices.IndexFunc(saved.Links, func(c linkConfig) bool { return c.Name == a.Name })
@@ -163,7 +148,7 @@ func restoreAddrs(netnsPath, path string) error {
 				continue
 			}
 			if err := applyLink(h, l, saved.Links[i]); err != nil {
-				return err
+				return 0, err
 			}
 			now.Links = append(now.Links, saved.Links[i])
 			continue
@@ -174,7 +159,7 @@ func restoreAddrs(netnsPath, path string) error {
 		}
 		routes, err := h.RouteList(l, netlink.FAMILY_V4)
 		if err != nil {
-			return fmt.Errorf("listing routes of %s: %w", a.Name, err)
+			return 0, fmt.Errorf("listing routes of %s: %w", a.Name, err)
 		}
 		for _, r := range routes {
 			// The kernel makes the prefix routes again with the addresses.
@@ -193,16 +178,16 @@ func restoreAddrs(netnsPath, path string) error {
 		now.Links = append(now.Links, c)
 	}
 	if len(now.Links) == 0 && len(saved.Links) == 0 {
-		return nil
+		return 0, nil
 	}
 	b, err = json.Marshal(now)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := os.WriteFile(path, b, 0o600); err != nil {
-		return fmt.Errorf("saving network configuration: %w", err)
+		return 0, fmt.Errorf("saving network configuration: %w", err)
 	}
-	return nil
+	return len(now.Links), nil
 }
 
 func isZeroMask(m net.IPMask) bool {

@@ -20,6 +20,7 @@ import (
 	"github.com/airlockhq/airlock/internal/agentclient"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/driver/drivertest"
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/network/fakenet"
 )
@@ -138,37 +139,7 @@ func execOut(t *testing.T, c *agentclient.Client, argv []string) string {
 // att and returns a client of its agent; everything is undone at the end.
 func startAttached(t *testing.T, d *Driver, tmpl driver.Template, id string, att *network.Attachment) *agentclient.Client {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := d.Create(ctx, driver.Spec{ID: id, Template: tmpl, NetNSPath: att.NetNSPath(), ResolvConfPath: att.ResolvConfPath()}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := d.Destroy(ctx, id); err != nil {
-			t.Errorf("destroy: %v", err)
-		}
-	})
-	return startAndDial(t, d, id)
-}
-
-func startAndDial(t *testing.T, d *Driver, id string) *agentclient.Client {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := d.Start(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := d.DialAgent(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := agentclient.New(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return drivertest.Started(t, d, driver.Spec{ID: id, Template: tmpl, NetNSPath: att.NetNSPath(), ResolvConfPath: att.ResolvConfPath()})
 }
 
 // newNetManager is a network manager whose host side is w's host
@@ -211,7 +182,7 @@ func attach(t *testing.T, nm *network.Manager, id string, p network.Policy) *net
 // sandbox.
 func TestNetworkAllowlist(t *testing.T) {
 	requireHost(t)
-	tmpl := baseTemplate(t)
+	tmpl := drivertest.BaseTemplate(t)
 	w := newNetWorld(t)
 	nm := newNetManager(t, w)
 	d := newDriver(t, newDataDir(t))
@@ -264,7 +235,7 @@ func TestNetworkAllowlist(t *testing.T) {
 		if err := d.Stop(ctx, id, 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		run(t, startAndDial(t, d, id))
+		run(t, drivertest.StartAndDial(t, d, id))
 	})
 }
 
@@ -272,7 +243,7 @@ func TestNetworkAllowlist(t *testing.T) {
 // mode none has loopback (its own listener answers) and nothing else.
 func TestNetworkNoneInNamespace(t *testing.T) {
 	requireHost(t)
-	tmpl := baseTemplate(t)
+	tmpl := drivertest.BaseTemplate(t)
 	w := newNetWorld(t)
 	nm := newNetManager(t, w)
 	d := newDriver(t, newDataDir(t))
@@ -342,7 +313,11 @@ func TestRestoreAddrs(t *testing.T) {
 						return err
 					}
 				}
-				return restoreAddrs(sbx.Path(), path)
+				n, err := restoreAddrs(sbx.Path(), path)
+				if err == nil && n != 1 {
+					err = fmt.Errorf("restoreAddrs found %d interfaces with addresses, want 1", n)
+				}
+				return err
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -415,17 +390,18 @@ func stripAddrs(name string) error {
 
 func TestRunArgs(t *testing.T) {
 	tests := []struct {
-		name string
-		spec driver.Spec
-		want string
+		name  string
+		netns string
+		want  string
 	}{
-		{"fresh_namespace", driver.Spec{ID: "sbx_a"}, flagNoNet},
-		{"prepared_namespace", driver.Spec{ID: "sbx_a", NetNSPath: "/run/airlock/netns/sbx_a"}, flagNetstack},
+		{"fresh_namespace", "", flagNoNet},
+		{"prepared_namespace", "/run/airlock/netns/sbx_a", flagNetstack},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := runArgs(tc.spec); !slices.Equal(got, []string{tc.want}) {
-				t.Fatalf("runArgs = %v, want [%s]", got, tc.want)
+			got, err := (&Driver{}).RunArgs(&State{ID: "sbx_a", NetNS: tc.netns})
+			if err != nil || !slices.Equal(got, []string{tc.want}) {
+				t.Fatalf("RunArgs = %v, %v; want [%s]", got, err, tc.want)
 			}
 		})
 	}

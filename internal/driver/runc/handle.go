@@ -1,18 +1,28 @@
 package runc
 
 import (
-	"encoding/json"
-	"fmt"
-
-	"github.com/airlockhq/airlock/internal/driver"
+	"context"
 )
 
-// handle returns the driver.Handle the caller persists for this sandbox,
-// named after the driver that made it.
-func (s *sandboxState) handle(driverName string) (*driver.Handle, error) {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return nil, fmt.Errorf("encoding handle: %w", err)
+// What runc does with a running sandbox's processes (oci.Runtime): its
+// init is the agent itself, and every process of the sandbox lives in the
+// sandbox's pid namespace, so killing init ends them all and nothing of
+// runc's own outlives it.
+
+// InitRunning lowers the agent's OOM score once runc started it: the
+// kernel then kills user code first. A recovered sandbox kept its score.
+func (d *Driver) InitRunning(st *State, pid int, recovered bool) {
+	if !recovered {
+		d.LowerOOMScore(st.ID, pid)
 	}
-	return &driver.Handle{ID: s.ID, Driver: driverName, Version: stateVersion, State: b}, nil
 }
+
+// KillAll kills init through its pidfd; the pid namespace takes every
+// other process with it (oci.Core.KillInit).
+func (d *Driver) KillAll(ctx context.Context, id string, pid int) error {
+	return d.KillInit(ctx, id, pid)
+}
+
+// ClearStopped has nothing to do: runc leaves no process of its own
+// behind a stopped sandbox.
+func (d *Driver) ClearStopped(context.Context, string) error { return nil }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,78 +16,22 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlockhq/airlock/internal/agentclient"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/driver/drivertest"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/reaper"
-	"github.com/airlockhq/airlock/internal/storage"
 	"github.com/airlockhq/airlock/internal/testutil"
 )
-
-// started creates and starts a sandbox with spec's fields and returns a
-// connected client; both are cleaned up at the end of t.
-func started(t *testing.T, d *Driver, spec driver.Spec) *agentclient.Client {
-	t.Helper()
-	ctx := context.Background()
-	if _, err := d.Create(ctx, spec); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.Destroy(context.Background(), spec.ID); err != nil {
-			t.Errorf("Destroy: %v", err)
-		}
-	})
-	if err := d.Start(ctx, spec.ID); err != nil {
-		t.Fatal(err)
-	}
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	conn, err := d.DialAgent(dctx, spec.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := agentclient.New(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// output runs shell as root and returns its stdout.
-func output(t *testing.T, c *agentclient.Client, shell string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := c.Exec(ctx, agentproto.ExecRequest{ID: "ex_" + strconv.FormatInt(time.Now().UnixNano(), 36), Shell: shell, User: "root"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var out strings.Builder
-	for {
-		ev, err := st.Next()
-		if errors.Is(err, io.EOF) {
-			return out.String()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ev.Type == agentproto.EventOutput && ev.Stream == agentproto.StreamStdout {
-			out.Write(ev.Data)
-		}
-	}
-}
 
 // TestInitExitStatus: once the agent dies, Inspect says stopped and, with
 // the daemon as subreaper, how it died.
 func TestInitExitStatus(t *testing.T) {
 	requireHost(t)
-	tmpl := baseTemplate(t)
+	tmpl := drivertest.BaseTemplate(t)
 	d := newDriver(t, newDataDir(t))
 	id := "sbx_exit" + strconv.Itoa(os.Getpid())
-	started(t, d, driver.Spec{ID: id, Template: tmpl})
+	drivertest.Started(t, d, driver.Spec{ID: id, Template: tmpl})
 	ctx := context.Background()
 	st, err := d.Inspect(ctx, id)
 	if err != nil || st.State != driver.StateRunning || st.Pid == 0 {
@@ -96,7 +41,7 @@ func TestInitExitStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-d.proc(id).Done():
+	case <-d.Init(id).Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("init not reaped")
 	}
@@ -118,15 +63,15 @@ func TestInitExitStatus(t *testing.T) {
 // host's PID 1; everything still works and Destroy leaves no process.
 func TestWithoutSubreaper(t *testing.T) {
 	requireHost(t)
-	tmpl := baseTemplate(t)
+	tmpl := drivertest.BaseTemplate(t)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reaper.Enable() })
 	d := newDriver(t, newDataDir(t))
 	id := "sbx_noreaper" + strconv.Itoa(os.Getpid())
-	c := started(t, d, driver.Spec{ID: id, Template: tmpl})
-	if out := output(t, c, "echo ok"); out != "ok\n" {
+	c := drivertest.Started(t, d, driver.Spec{ID: id, Template: tmpl})
+	if out := drivertest.Output(t, c, "echo ok"); out != "ok\n" {
 		t.Fatalf("echo printed %q", out)
 	}
 	st, err := d.Inspect(context.Background(), id)
@@ -156,7 +101,7 @@ func TestWithoutSubreaper(t *testing.T) {
 func TestJoinNetNS(t *testing.T) {
 	requireHost(t)
 	ip := testutil.RequiresBinary(t, "ip")
-	tmpl := baseTemplate(t)
+	tmpl := drivertest.BaseTemplate(t)
 	name := "airlock-runc-test-" + strconv.Itoa(os.Getpid())
 	if out, err := exec.Command(ip, "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v: %s", err, out)
@@ -166,8 +111,8 @@ func TestJoinNetNS(t *testing.T) {
 		testutil.HostLacks(t, "no veth interfaces: %v: %s", err, out)
 	}
 	d := newDriver(t, newDataDir(t))
-	c := started(t, d, driver.Spec{ID: "sbx_netns" + strconv.Itoa(os.Getpid()), Template: tmpl, NetNSPath: filepath.Join("/run/netns", name)})
-	out := output(t, c, "cat /proc/net/dev; ls /sys/class/net")
+	c := drivertest.Started(t, d, driver.Spec{ID: "sbx_netns" + strconv.Itoa(os.Getpid()), Template: tmpl, NetNSPath: filepath.Join("/run/netns", name)})
+	out := drivertest.Output(t, c, "cat /proc/net/dev; ls /sys/class/net")
 	if strings.Count(out, "airlockdummy") != 4 {
 		t.Fatalf("the sandbox does not see the namespace's interfaces in /proc and /sys:\n%s", out)
 	}
@@ -183,10 +128,10 @@ func TestJoinNetNS(t *testing.T) {
 // TestOwnNetNS: without NetNSPath a sandbox has loopback only, and it is up.
 func TestOwnNetNS(t *testing.T) {
 	requireHost(t)
-	tmpl := baseTemplate(t)
+	tmpl := drivertest.BaseTemplate(t)
 	d := newDriver(t, newDataDir(t))
-	c := started(t, d, driver.Spec{ID: "sbx_ownnet" + strconv.Itoa(os.Getpid()), Template: tmpl})
-	out := output(t, c, "ls /sys/class/net; cat /sys/class/net/lo/operstate /sys/class/net/lo/flags")
+	c := drivertest.Started(t, d, driver.Spec{ID: "sbx_ownnet" + strconv.Itoa(os.Getpid()), Template: tmpl})
+	out := drivertest.Output(t, c, "ls /sys/class/net; cat /sys/class/net/lo/operstate /sys/class/net/lo/flags")
 	f := strings.Fields(out)
 	if len(f) != 3 || f[0] != "lo" {
 		t.Fatalf("interfaces: %q, want lo only", out)
@@ -201,11 +146,11 @@ func TestOwnNetNS(t *testing.T) {
 // PATH in the agent's environment.
 func TestSandboxHardening(t *testing.T) {
 	requireHost(t)
-	tmpl := baseTemplate(t)
+	tmpl := drivertest.BaseTemplate(t)
 	d := newDriver(t, newDataDir(t))
 	t.Setenv("AIRLOCK_SECRET_TEST_VAR", "leak")
-	c := started(t, d, driver.Spec{ID: "sbx_hard" + strconv.Itoa(os.Getpid()), Template: tmpl})
-	status := output(t, c, "grep -E '^(Seccomp|NoNewPrivs|CapEff|CapBnd|CapAmb):' /proc/1/status")
+	c := drivertest.Started(t, d, driver.Spec{ID: "sbx_hard" + strconv.Itoa(os.Getpid()), Template: tmpl})
+	status := drivertest.Output(t, c, "grep -E '^(Seccomp|NoNewPrivs|CapEff|CapBnd|CapAmb):' /proc/1/status")
 	for _, want := range []string{"Seccomp:\t2", "NoNewPrivs:\t1", "CapEff:\t00000000200405fb", "CapBnd:\t00000000200405fb", "CapAmb:\t0000000000000000"} {
 		if !strings.Contains(status, want) {
 			t.Errorf("agent status lacks %q:\n%s", want, status)
@@ -213,7 +158,7 @@ func TestSandboxHardening(t *testing.T) {
 	}
 	// runc adds HOME from the sandbox's passwd; nothing of the daemon's.
 	// Read from the host: inside, the agent's environment is not readable.
-	st, err := loadState(d.dir("sbx_hard" + strconv.Itoa(os.Getpid())))
+	st, err := d.LoadState("sbx_hard" + strconv.Itoa(os.Getpid()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,27 +167,27 @@ func TestSandboxHardening(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := strings.ReplaceAll(string(b), "\x00", "\n")
-	if !strings.Contains(env, sandboxPath+"\n") || strings.Contains(env, "AIRLOCK_SECRET_TEST_VAR") || len(strings.Fields(env)) > 2 {
+	if !strings.Contains(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n") || strings.Contains(env, "AIRLOCK_SECRET_TEST_VAR") || len(strings.Fields(env)) > 2 {
 		t.Errorf("agent environment %q, want PATH (and runc's HOME) only", env)
 	}
 	// Root inside cannot read or write the agent's memory, environment,
 	// descriptors or binary: the agent is non-dumpable and its binary is
 	// host root's, mode 0711. No CAP_SYS_PTRACE (bit 19) either, above.
-	if out := output(t, c, "for p in /proc/1/mem /proc/1/environ /proc/1/maps /.airlock/airlock-agent; do "+
+	if out := drivertest.Output(t, c, "for p in /proc/1/mem /proc/1/environ /proc/1/maps /.airlock/airlock-agent; do "+
 		"head -c1 $p >/dev/null 2>&1 && echo read:$p; done; ls /proc/1/fd >/dev/null 2>&1 && echo listed-fds; "+
 		"readlink /proc/1/fd/0 /proc/1/exe >/dev/null 2>&1 && echo read-links; "+
 		"python3 -c 'import os; os.open(\"/proc/1/mem\", os.O_RDWR)' 2>/dev/null && echo opened-mem; echo done"); out != "done\n" {
 		t.Errorf("root inside reaches into the agent: %q", out)
 	}
 	var bin unix.Stat_t
-	if err := unix.Stat(d.agentPath, &bin); err != nil || bin.Uid != 0 || bin.Mode&0o7777 != agentMode {
-		t.Errorf("agent binary %s: uid %d mode %o (%v), want host root's, %o", d.agentPath, bin.Uid, bin.Mode&0o7777, err, agentMode)
+	if err := unix.Stat(d.AgentPath(), &bin); err != nil || bin.Uid != 0 || bin.Mode&0o7777 != 0o711 {
+		t.Errorf("agent binary %s: uid %d mode %o (%v), want host root's, 0711", d.AgentPath(), bin.Uid, bin.Mode&0o7777, err)
 	}
 	// What the non-dumpable agent does for its children still works: they
 	// are dumpable again after execve (their own /proc is theirs), and a
 	// PTY is their controlling terminal.
 	// (Read once the child runs sleep: mid-execve its environment is empty.)
-	if out := output(t, c, "sleep 30 & p=$!; i=0; while [ $i -lt 200 ] && [ \"$(readlink /proc/$p/exe 2>/dev/null)\" != /usr/bin/sleep ]; "+
+	if out := drivertest.Output(t, c, "sleep 30 & p=$!; i=0; while [ $i -lt 200 ] && [ \"$(readlink /proc/$p/exe 2>/dev/null)\" != /usr/bin/sleep ]; "+
 		"do i=$((i+1)); sleep 0.01; done; tr '\\0' '\\n' < /proc/$p/environ | grep -q '^PATH=' && echo child-dumpable; kill $p"); out != "child-dumpable\n" {
 		t.Errorf("an exec cannot read its sibling's /proc (children of the agent stay non-dumpable?): %q", out)
 	}
@@ -266,18 +211,18 @@ func TestSandboxHardening(t *testing.T) {
 	if got := pty.String(); !strings.Contains(got, "/dev/pts/") || !strings.Contains(got, "27 91") {
 		t.Errorf("PTY exec printed %q, want its terminal and size", got)
 	}
-	if kc := output(t, c, "wc -c < /proc/kcore; cat /proc/keys | wc -c"); strings.Fields(kc)[0] != "0" {
+	if kc := drivertest.Output(t, c, "wc -c < /proc/kcore; cat /proc/keys | wc -c"); strings.Fields(kc)[0] != "0" {
 		t.Errorf("/proc/kcore readable: %q", kc)
 	}
 	// The denied syscalls fail: unshare(1) of a user namespace and mount.
-	if out := output(t, c, "unshare -U true 2>&1; echo rc=$?; mount -t tmpfs x /mnt 2>&1; echo rc=$?"); strings.Count(out, "rc=0") != 0 {
+	if out := drivertest.Output(t, c, "unshare -U true 2>&1; echo rc=$?; mount -t tmpfs x /mnt 2>&1; echo rc=$?"); strings.Count(out, "rc=0") != 0 {
 		t.Errorf("unshare or mount worked:\n%s", out)
 	}
-	if out := output(t, c, "mknod /tmp/null c 1 3 2>&1; echo rc=$?"); !strings.Contains(out, "rc=1") {
+	if out := drivertest.Output(t, c, "mknod /tmp/null c 1 3 2>&1; echo rc=$?"); !strings.Contains(out, "rc=1") {
 		t.Errorf("mknod worked: %s", out)
 	}
 	// The device cgroup (v1) allows reading and writing the safe set only.
-	if list := output(t, c, "cat /sys/fs/cgroup/devices/devices.list 2>/dev/null"); list != "" {
+	if list := drivertest.Output(t, c, "cat /sys/fs/cgroup/devices/devices.list 2>/dev/null"); list != "" {
 		t.Logf("devices.list:\n%s", list)
 		for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
 			f := strings.Fields(line) // type major:minor access
@@ -291,78 +236,8 @@ func TestSandboxHardening(t *testing.T) {
 	}
 	// runc 1.1 always allows tun (10:200) in the device cgroup; without a
 	// node (no CAP_MKNOD) and without CAP_NET_ADMIN it is unusable.
-	if out := output(t, c, "ls /dev; test -e /dev/net/tun && echo tun-present"); strings.Contains(out, "tun-present") {
+	if out := drivertest.Output(t, c, "ls /dev; test -e /dev/net/tun && echo tun-present"); strings.Contains(out, "tun-present") {
 		t.Errorf("/dev/net/tun exists in the sandbox:\n%s", out)
-	}
-}
-
-// TestDestroyHalfCreated: Destroy cleans a sandbox that Create left half
-// way (a crash after storage was mounted, before any state was written),
-// knowing only its id, and frees its uid slot.
-func TestDestroyHalfCreated(t *testing.T) {
-	requireHost(t)
-	tmpl := baseTemplate(t)
-	dataDir := newDataDir(t)
-	d := newDriver(t, dataDir)
-	snap := hostcheckTake(t, dataDir)
-	ctx := context.Background()
-	id := "sbx_half" + strconv.Itoa(os.Getpid())
-	slot, err := d.slots.alloc(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := d.dir(id)
-	if err := os.Mkdir(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	base := d.cfg.UIDRangeStart + uint32(slot)*d.cfg.IDCount
-	if _, err := storage.Setup(ctx, storage.Options{Dir: dir, Layers: tmpl.Layers, UIDBase: base, IDCount: d.cfg.IDCount, SizeMB: 64}); err != nil {
-		t.Fatal(err)
-	}
-	// A new driver instance, as after the crash.
-	d2 := newDriver(t, dataDir)
-	if err := d2.Destroy(ctx, id); err != nil {
-		t.Fatalf("Destroy: %v", err)
-	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("sandbox dir left: %v", err)
-	}
-	if n := d2.slots.find(id); n != -1 {
-		t.Errorf("slot %d still held", n)
-	}
-	snap.AssertNoLeaks(t)
-}
-
-// TestLegacyAgentLogCap: the agent.log of a sandbox an earlier daemon made
-// (a regular file in its dir, on the data dir's file system) is truncated
-// past legacyLogMax; the symlink to today's log is left alone.
-func TestLegacyAgentLogCap(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, agentLogName)
-	if err := os.WriteFile(p, make([]byte, legacyLogMax+1), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d := &Driver{log: discardLogger()}
-	d.capLegacyLog(dir)
-	if fi, err := os.Stat(p); err != nil || fi.Size() != 0 {
-		t.Fatalf("log after cap: %v, %v", fi.Size(), err)
-	}
-	os.WriteFile(p, []byte("small"), 0o600)
-	d.capLegacyLog(dir)
-	if b, _ := os.ReadFile(p); string(b) != "small" {
-		t.Fatalf("small log changed: %q", b)
-	}
-	target := filepath.Join(dir, "target")
-	if err := os.WriteFile(target, make([]byte, legacyLogMax+1), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	os.Remove(p)
-	if err := os.Symlink("target", p); err != nil {
-		t.Fatal(err)
-	}
-	d.capLegacyLog(dir)
-	if fi, err := os.Stat(target); err != nil || fi.Size() != legacyLogMax+1 {
-		t.Fatalf("the symlink's target was truncated: %v, %v", fi.Size(), err)
 	}
 }
 
@@ -381,7 +256,7 @@ func TestProbeProblems(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.DataDir = newDataDir(t)
-			tc.cfg.Logger = discardLogger()
+			tc.cfg.Logger = slog.New(slog.DiscardHandler)
 			d, err := New(tc.cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -411,7 +286,7 @@ func safeDevice(mm string) bool {
 // the data dir alone.
 func TestDestroyAfterRestart(t *testing.T) {
 	requireHost(t)
-	tmpl := baseTemplate(t)
+	tmpl := drivertest.BaseTemplate(t)
 	dataDir := newDataDir(t)
 	d := newDriver(t, dataDir)
 	ctx := context.Background()
@@ -437,7 +312,7 @@ func TestDestroyAfterRestart(t *testing.T) {
 	if _, err := d2.Inspect(ctx, id); !errdefs.IsNotFound(err) {
 		t.Errorf("Inspect after Destroy = %v", err)
 	}
-	if _, err := os.Stat(d2.dir(id)); !os.IsNotExist(err) {
+	if _, err := os.Stat(d2.Dir(id)); !os.IsNotExist(err) {
 		t.Errorf("sandbox dir left: %v", err)
 	}
 }

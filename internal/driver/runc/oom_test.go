@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/driver/drivertest"
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
@@ -13,18 +14,18 @@ import (
 // and gone with the sandbox.
 func TestOOMKills(t *testing.T) {
 	requireHost(t)
-	tmpl := baseTemplate(t)
+	tmpl := drivertest.BaseTemplate(t)
 	d := newDriver(t, newDataDir(t))
 	ctx := context.Background()
 	const id = "sbx_oomkills"
 	if _, err := d.OOMKills(ctx, id); !errdefs.IsNotFound(err) {
 		t.Fatalf("before create: %v, want not found", err)
 	}
-	c := started(t, d, driver.Spec{ID: id, Template: tmpl, Resources: driver.Resources{MemoryMB: 64}})
+	c := drivertest.Started(t, d, driver.Spec{ID: id, Template: tmpl, Resources: driver.Resources{MemoryMB: 64}})
 	if n, err := d.OOMKills(ctx, id); err != nil || n != 0 {
 		t.Fatalf("fresh sandbox: %d, %v", n, err)
 	}
-	output(t, c, "python3 -c 'b = bytearray(512 << 20)'; echo done")
+	drivertest.Output(t, c, "python3 -c 'b = bytearray(512 << 20)'; echo done")
 	n, err := d.OOMKills(ctx, id)
 	if err != nil || n < 1 {
 		t.Fatalf("after a memory bomb: %d, %v; want at least one kill", n, err)
