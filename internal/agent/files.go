@@ -114,6 +114,7 @@ func (s *Server) handleFile(ctx context.Context, st stream, fr *agentproto.Frame
 	case agentproto.OpReadFile:
 		var fd int
 		var fi agentproto.FileInfo
+		tar := false
 		err := s.asUser(acct, func() error {
 			var err error
 			fd, err = s.fs.open(p, unix.O_RDONLY, 0)
@@ -122,15 +123,22 @@ func (s *Server) handleFile(ctx context.Context, st stream, fr *agentproto.Frame
 			}
 			fi, err = statFd(fd, "", p)
 			if err == nil && fi.Type == agentproto.FileTypeDir {
-				err = unix.EISDIR
+				// As OpStat then OpTarOut would: a directory, but not
+				// one reached through a final symlink.
+				if tar = req.Tar && s.isDir(p); !tar {
+					err = unix.EISDIR
+				}
 			}
-			if err != nil {
+			if err != nil || tar {
 				unix.Close(fd)
 			}
 			return err
 		})
 		if err != nil {
 			return agentproto.Response{}, err
+		}
+		if tar {
+			return s.tarOut(st, fr, fw, acct, p)
 		}
 		f := os.NewFile(uintptr(fd), p)
 		defer f.Close()
@@ -152,6 +160,18 @@ func (s *Server) handleFile(ctx context.Context, st stream, fr *agentproto.Frame
 		return s.tarIn(fr, fw, acct, p)
 	}
 	return agentproto.Response{}, invalid("unknown file op")
+}
+
+// isDir reports whether p itself (not a final symlink's target) is a
+// directory; it runs as the request's user.
+func (s *Server) isDir(p string) bool {
+	fd, err := s.fs.open(p, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	fi, err := statFd(fd, "", p)
+	return err == nil && fi.Type == agentproto.FileTypeDir
 }
 
 // sendData streams r as data frames and an end frame. A read error after the

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -782,4 +783,67 @@ func TestNonUTF8Names(t *testing.T) {
 			t.Fatalf("still there: %v", err)
 		}
 	})
+}
+
+// TestDownloadFileOrDir checks read_file with Tar: a file's bytes, a
+// directory as a tar stream described as a directory, a symlink to a
+// directory refused as plain read_file refuses a directory (what Stat then
+// TarOut or ReadFile gave before).
+func TestDownloadFileOrDir(t *testing.T) {
+	f := newFileEnv(t)
+	ctx := ctxT(t)
+	if !slices.Contains(f.c.Agent().Features, agentproto.FeatureReadTar) {
+		t.Fatalf("features %v lack %s", f.c.Agent().Features, agentproto.FeatureReadTar)
+	}
+	f.write(t, "/home/user/d/a.txt", "", "alpha")
+	f.write(t, "/home/user/d/sub/b.txt", "", "beta")
+	if err := os.Symlink("d", f.host("home/user/dlink")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("d/a.txt", f.host("home/user/flink")); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, p := range []string{"/home/user/d/a.txt", "/home/user/flink"} {
+		rc, fi, err := f.c.Download(ctx, p, "")
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || string(b) != "alpha" || fi.Type != agentproto.FileTypeFile || fi.Size != 5 {
+			t.Errorf("%s: %q %v, info %+v", p, b, err, fi)
+		}
+	}
+
+	rc, fi, err := f.c.Download(ctx, "/home/user/d", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+	}
+	rc.Close()
+	sort.Strings(names)
+	if fi.Type != agentproto.FileTypeDir || fi.Path != "/home/user/d" || strings.Join(names, ",") != "a.txt,sub/,sub/b.txt" {
+		t.Errorf("info %+v, entries %v", fi, names)
+	}
+
+	var ae *agentproto.Error
+	if _, _, err := f.c.Download(ctx, "/home/user/dlink", ""); !errors.Is(err, errdefs.ErrInvalidArgument) || !errors.As(err, &ae) || ae.Code != agentproto.CodeIsADirectory {
+		t.Errorf("symlink to a directory: %v", err)
+	}
+	// Without Tar a directory is still refused.
+	if _, _, err := f.c.ReadFile(ctx, "/home/user/d", ""); !errors.As(err, &ae) || ae.Code != agentproto.CodeIsADirectory {
+		t.Errorf("read_file of a directory: %v", err)
+	}
 }

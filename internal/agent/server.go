@@ -290,7 +290,7 @@ func (s *Server) dispatch(ctx context.Context, st stream, fr *agentproto.FrameRe
 	case agentproto.OpHello:
 		return agentproto.Response{Hello: &agentproto.Hello{
 			Version: agentproto.ProtocolVersion, Agent: s.cfg.Version, Pid: os.Getpid(),
-			Features: []string{agentproto.FeatureDirect},
+			Features: []string{agentproto.FeatureDirect, agentproto.FeatureReadTar},
 		}}, nil
 	case agentproto.OpPing:
 		return agentproto.Response{}, nil

@@ -190,7 +190,44 @@ func (c *Client) ListExecs(ctx context.Context) ([]agentproto.ExecInfo, error) {
 // ReadFile opens path for reading as user ("" means "user"). The caller must
 // close the reader; cancelling ctx aborts it.
 func (c *Client) ReadFile(ctx context.Context, path, user string) (io.ReadCloser, agentproto.FileInfo, error) {
-	cl, resp, err := c.startBulk(ctx, agentproto.Request{Op: agentproto.OpReadFile, Path: path, User: user})
+	return c.readFile(ctx, agentproto.Request{Op: agentproto.OpReadFile, Path: path, User: user})
+}
+
+// Download opens path for a download as user ("" means "user"): a file's
+// bytes, or a tar stream of a directory, as the returned info's Type says.
+// With an agent that lists FeatureReadTar that is one call; with an older
+// one a Stat first and then ReadFile or TarOut. A symlink to a directory
+// fails as in ReadFile. The caller must close the reader; cancelling ctx
+// aborts it.
+func (c *Client) Download(ctx context.Context, path, user string) (io.ReadCloser, agentproto.FileInfo, error) {
+	if slices.Contains(c.agent.Features, agentproto.FeatureReadTar) {
+		rc, fi, err := c.readFile(ctx, agentproto.Request{Op: agentproto.OpReadFile, Path: path, User: user, Tar: true})
+		if err == nil && fi.Path == "" {
+			// Whether the data is a tar stream is in the info.
+			rc.Close()
+			return nil, agentproto.FileInfo{}, protocolError("read_file of %s: no file info", clip(path, maxPath))
+		}
+		return rc, fi, err
+	}
+	st, err := c.Stat(ctx, path, user)
+	if err != nil {
+		return nil, agentproto.FileInfo{}, err
+	}
+	if st.Type == agentproto.FileTypeDir {
+		rc, err := c.TarOut(ctx, path, user)
+		return rc, st, err
+	}
+	rc, fi, err := c.ReadFile(ctx, path, user)
+	if fi.Path == "" {
+		fi = st
+	}
+	return rc, fi, err
+}
+
+// readFile starts req, an OpReadFile, and returns its data and the info
+// of its Response (zero when it has none).
+func (c *Client) readFile(ctx context.Context, req agentproto.Request) (io.ReadCloser, agentproto.FileInfo, error) {
+	cl, resp, err := c.startBulk(ctx, req)
 	if err != nil {
 		return nil, agentproto.FileInfo{}, err
 	}

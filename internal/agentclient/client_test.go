@@ -454,3 +454,68 @@ func BenchmarkReadFile100MiB(b *testing.B) {
 		}
 	}
 }
+
+// TestDownloadCalls checks what Download asks of the agent: one read_file
+// with tar of an agent that serves it, whatever the path turns out to be;
+// an older agent's Stat first, then TarOut or ReadFile.
+func TestDownloadCalls(t *testing.T) {
+	dir := agentproto.FileInfo{Name: "d", Path: "/d", Type: agentproto.FileTypeDir, Mode: 0o755}
+	for _, tt := range []struct {
+		name     string
+		features []string
+		want     string
+	}{
+		{"read_tar", []string{agentproto.FeatureReadTar}, "read_file(tar)"},
+		{"older_agent", nil, "stat tar_out"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var ops []string
+			conn := fakeAgent(t, func(req agentproto.Request) agentproto.Response {
+				if req.Op == agentproto.OpHello {
+					return agentproto.Response{Hello: &agentproto.Hello{Version: agentproto.ProtocolVersion, Features: tt.features}}
+				}
+				op := string(req.Op)
+				if req.Tar {
+					op += "(tar)"
+				}
+				mu.Lock()
+				ops = append(ops, op)
+				mu.Unlock()
+				return agentproto.Response{File: &dir}
+			})
+			c, err := agentclient.New(conn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			rc, fi, err := c.Download(ctxT(t), "/d", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			if got := strings.Join(ops, " "); got != tt.want || fi.Type != agentproto.FileTypeDir {
+				t.Errorf("calls %q, want %q; info %+v", got, tt.want, fi)
+			}
+		})
+	}
+	t.Run("no_info", func(t *testing.T) {
+		conn := fakeAgent(t, func(req agentproto.Request) agentproto.Response {
+			if req.Op == agentproto.OpHello {
+				return agentproto.Response{Hello: &agentproto.Hello{Version: agentproto.ProtocolVersion, Features: []string{agentproto.FeatureReadTar}}}
+			}
+			return agentproto.Response{}
+		})
+		c, err := agentclient.New(conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// Whether the data is a tar stream is the info's to say.
+		if _, _, err := c.Download(ctxT(t), "/d", ""); !errors.Is(err, agentclient.ErrProtocol) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}

@@ -166,6 +166,9 @@ type Hello struct {
 // package documentation).
 const FeatureDirect = "direct"
 
+// FeatureReadTar says that the agent serves Request.Tar on OpReadFile.
+const FeatureReadTar = "read_tar"
+
 // DirectPreamble opens a direct connection. Its first byte can never start
 // a yamux session (whose first byte is the yamux version, 0), so an agent
 // tells the two apart from one byte.
@@ -382,6 +385,11 @@ type Request struct {
 	// Recursive lets OpRemove remove a non-empty directory; OpWatch then
 	// watches the whole tree below Path, also directories made later.
 	Recursive bool `json:"recursive,omitempty"`
+	// Tar makes OpReadFile of a directory (Path itself, not a symlink to
+	// one) answer as OpTarOut does, its Response describing the directory,
+	// instead of failing with CodeIsADirectory: one call downloads either.
+	// Sent only to an agent that lists FeatureReadTar.
+	Tar bool `json:"tar,omitempty"`
 }
 
 // Response answers a Request. Error is set when the request failed.

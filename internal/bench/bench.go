@@ -12,9 +12,12 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -146,7 +149,61 @@ type Report struct {
 	// CLIStart is `airlock exec`'s start to its first request, CLIProbe a
 	// tiny static Go program's, interleaved; nil when not measured.
 	CLIStart, CLIProbe Samples
-	Notes              []string
+	// Failures are the measurements that were attempted and failed: each
+	// is a row of its own that misses its target (see Rows), never a row
+	// left out.
+	Failures []Failure
+	Notes    []string
+}
+
+// A Failure is a measurement that did not complete: its row's metric and
+// the error.
+type Failure struct {
+	Metric string
+	Err    string
+}
+
+// Metrics of the rows a failure can stand in for.
+const (
+	metricLayered = "create → first result from a %d-layer template"
+	metricIdle    = "idle sandbox memory (agent + runtime), per sandbox"
+	metricGVisor  = "gvisor create → first command result (cold)"
+	metricNetwork = "network setup (allowlist) added to cold create, p50"
+	metricCode    = "code cell `1+1` in a warm python context, p50"
+	metricCLI     = "CLI start to first request (`airlock exec`), p50"
+)
+
+// fail records that the measurement of metric failed with err.
+func (r *Report) fail(metric string, err error) {
+	r.Failures = append(r.Failures, Failure{Metric: metric, Err: err.Error()})
+}
+
+// failure returns the failure recorded for metric, if any.
+func (r *Report) failure(metric string) *Failure {
+	for i := range r.Failures {
+		if r.Failures[i].Metric == metric {
+			return &r.Failures[i]
+		}
+	}
+	return nil
+}
+
+// failedRow is the row of a measurement that failed: its error in place
+// of the figure, its target missed.
+func failedRow(f *Failure, target string) Row {
+	no := false
+	return Row{Metric: f.Metric, Airlock: "failed: " + oneLine(f.Err), Target: target, Ratio: math.NaN(), OK: &no}
+}
+
+// oneLine makes an error fit a table cell: one line, no column bars, at
+// most 300 bytes.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	s = strings.ReplaceAll(s, "|", "/")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
 }
 
 // Run measures. It creates and deletes its own sandboxes; a sandbox it made
@@ -194,7 +251,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// one from base: layers are mounted read-only and shared, never copied.
 	if cfg.LayeredRuns > 0 {
 		if err := measureLayered(ctx, cfg, r, creq); err != nil {
-			r.Notes = append(r.Notes, "layered template case failed: "+err.Error())
+			r.Layered, r.LayeredBase = nil, nil
+			r.fail(fmt.Sprintf(metricLayered, layeredSteps+1), err)
 		}
 	}
 
@@ -276,12 +334,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	cp = nil
 
-	if cfg.IdleSandboxes > 0 {
+	switch {
+	case cfg.IdleSandboxes <= 0:
+	case os.Geteuid() != 0:
+		// The sandboxes' processes are root's to read.
+		r.Notes = append(r.Notes, "idle memory not measured: needs root on the server's host")
+	default:
 		fmt.Fprintf(cfg.Progress, "idle memory: %d sandboxes\n", cfg.IdleSandboxes)
 		r.Idle, err = idleOverhead(ctx, c, creq, cfg.IdleSandboxes, cfg.IdleSettle)
 		if err != nil {
 			r.Idle = nil
-			r.Notes = append(r.Notes, "idle memory not measured: "+err.Error())
+			r.fail(metricIdle, err)
 		}
 	}
 
@@ -289,7 +352,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		fmt.Fprintf(cfg.Progress, "create with an allowlist network vs none: %d runs each\n", cfg.NetworkRuns)
 		if r.Net, r.NetNone, err = MeasureNetwork(ctx, c, creq, cfg.NetworkRuns); err != nil {
 			r.Net, r.NetNone = nil, nil
-			r.Notes = append(r.Notes, "network setup not measured: "+err.Error())
+			r.fail(metricNetwork, err)
 		}
 	}
 
@@ -297,9 +360,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		var notes []string
 		r.GVisor, r.BareRunsc, notes, err = GVisorCreate(ctx, cfg, "", cfg.GVisorPlatform)
 		r.Notes = append(r.Notes, notes...)
-		if err != nil {
+		switch {
+		case err == nil:
+		case runtimeAbsent(err):
+			// A server without gVisor has no such row to fill.
 			r.GVisor, r.BareRunsc = nil, nil
-			r.Notes = append(r.Notes, "gvisor create not measured: "+err.Error())
+			r.Notes = append(r.Notes, "gvisor create not measured: the server has no gvisor runtime: "+err.Error())
+		default:
+			r.GVisor, r.BareRunsc = nil, nil
+			r.fail(metricGVisor, err)
 		}
 	}
 
@@ -307,7 +376,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		fmt.Fprintf(cfg.Progress, "CLI start to first request, beside a tiny Go binary: %d runs each\n", cfg.CLIRuns)
 		if r.CLIStart, r.CLIProbe, err = MeasureCLIStart(ctx, cfg.CLI, cfg.CLIProbe, cfg.CLIRuns); err != nil {
 			r.CLIStart, r.CLIProbe = nil, nil
-			r.Notes = append(r.Notes, "CLI start not measured: "+err.Error())
+			r.fail(metricCLI, err)
 		} else if cfg.CLIProbe == "" {
 			r.Notes = append(r.Notes, "CLI start: no tiny Go binary to compare with (--cli-probe)")
 		}
@@ -317,7 +386,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		fmt.Fprintf(cfg.Progress, "code interpreter: %d cells of 1+1 (builds the code-interpreter template on first use)\n", cfg.CodeRuns)
 		if r.Code, err = MeasureCode(ctx, c, "", cfg.CodeRuns); err != nil {
 			r.Code = nil
-			r.Notes = append(r.Notes, "code cell not measured: "+err.Error())
+			r.fail(metricCode, err)
 		}
 	}
 	return r, nil
@@ -435,8 +504,10 @@ func (r *Report) Rows() []Row {
 	}
 	rows = append(rows, row)
 
-	if len(r.Layered) > 0 && len(r.LayeredBase) > 0 {
-		row = Row{Metric: fmt.Sprintf("create → first result from a %d-layer template", r.LayeredLayers),
+	if f := r.failure(fmt.Sprintf(metricLayered, layeredSteps+1)); f != nil {
+		rows = append(rows, failedRow(f, "≈ base (≤ 1.25×)"))
+	} else if len(r.Layered) > 0 && len(r.LayeredBase) > 0 {
+		row = Row{Metric: fmt.Sprintf(metricLayered, r.LayeredLayers),
 			Target: "≈ base (≤ 1.25×)", Airlock: fmtP(r.Layered),
 			Baseline: "same from `base`, interleaved " + ms(r.LayeredBase.Percentile(50)),
 			Ratio:    ratio(r.Layered.Percentile(50), r.LayeredBase.Percentile(50))}
@@ -479,16 +550,20 @@ func (r *Report) Rows() []Row {
 		rows = append(rows, row)
 	}
 
-	row = Row{Metric: "idle sandbox memory (agent + runtime), per sandbox", Target: "≤ 8 MiB RSS", Ratio: math.NaN(), Airlock: "n/a"}
-	if m := r.Idle; m != nil {
+	row = Row{Metric: metricIdle, Target: "≤ 8 MiB RSS", Ratio: math.NaN(), Airlock: "n/a"}
+	if f := r.failure(metricIdle); f != nil {
+		row = failedRow(f, row.Target)
+	} else if m := r.Idle; m != nil {
 		row.Metric = fmt.Sprintf("idle sandbox memory (agent + runtime), mean of %d", m.Sandboxes)
 		row.Airlock = fmt.Sprintf("RSS %s, PSS %s", mib(m.RSSBytes), mib(m.PSSBytes))
 		row.Baseline = fmt.Sprintf("%d processes in %d sandboxes", m.Procs, m.Sandboxes)
 		row.OK = judge(m.RSSBytes <= idleTargetBytes)
 	}
 	rows = append(rows, row)
-	if len(r.GVisor) > 0 {
-		row := Row{Metric: "gvisor create → first command result (cold)", Target: "≤ 1.5× bare runsc", Ratio: math.NaN(),
+	if f := r.failure(metricGVisor); f != nil {
+		rows = append(rows, failedRow(f, "≤ 1.5× bare runsc"))
+	} else if len(r.GVisor) > 0 {
+		row := Row{Metric: metricGVisor, Target: "≤ 1.5× bare runsc", Ratio: math.NaN(),
 			Airlock: fmtP(r.GVisor)}
 		if len(r.BareRunsc) > 0 {
 			row.Baseline = "bare `runsc --platform=ptrace run /bin/true` " + ms(r.BareRunsc.Percentile(50))
@@ -497,16 +572,30 @@ func (r *Report) Rows() []Row {
 		}
 		rows = append(rows, row)
 	}
-	if len(r.Net) > 0 && len(r.NetNone) > 0 {
+	if f := r.failure(metricNetwork); f != nil {
+		rows = append(rows, failedRow(f, "≤ 10 ms"))
+	} else if len(r.Net) > 0 && len(r.NetNone) > 0 {
 		rows = append(rows, NetworkRow(r.Net, r.NetNone))
 	}
-	if len(r.Code) > 0 {
+	if f := r.failure(metricCode); f != nil {
+		rows = append(rows, failedRow(f, "< 20 ms"))
+	} else if len(r.Code) > 0 {
 		rows = append(rows, CodeRow(r.Code))
 	}
-	if len(r.CLIStart) > 0 {
+	if f := r.failure(metricCLI); f != nil {
+		rows = append(rows, failedRow(f, CLIStartRow(nil, nil).Target))
+	} else if len(r.CLIStart) > 0 {
 		rows = append(rows, CLIStartRow(r.CLIStart, r.CLIProbe))
 	}
 	return rows
+}
+
+// runtimeAbsent reports whether err is the server saying that the runtime
+// asked for is not on its host at all (400 runtime_unavailable); the same
+// code with 503 is a runtime that is there but failing, which is a failure.
+func runtimeAbsent(err error) bool {
+	var ae *client.APIError
+	return errors.As(err, &ae) && ae.Code == api.CodeRuntimeUnavailable && ae.StatusCode == http.StatusBadRequest
 }
 
 // idleTargetBytes is ARCHITECTURE.md's idle overhead target.

@@ -224,11 +224,23 @@ type fakeServer struct {
 	removed         int
 	failExec        bool
 	data            []byte
+	// gvisorStatus and gvisorCode answer a create of runtime gvisor
+	// (0: created like any other).
+	gvisorStatus int
+	gvisorCode   string
 }
 
 func (f *fakeServer) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		var req api.CreateSandboxRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		if req.Runtime == "gvisor" && f.gvisorStatus != 0 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(f.gvisorStatus)
+			fmt.Fprintf(w, `{"error":{"code":%q,"message":"runsc broke | twice\nfor good"}}`, f.gvisorCode)
+			return
+		}
 		f.mu.Lock()
 		f.created++
 		id := fmt.Sprintf("sbx_%d", f.created)
@@ -337,9 +349,81 @@ func TestRunAgainstFakeServer(t *testing.T) {
 	if !strings.Contains(notes, "no --rootfs") || !strings.Contains(notes, "--cli-probe") {
 		t.Errorf("notes %v", r.Notes)
 	}
-	// The fake server's sandboxes have no processes on this host.
-	if r.Idle != nil || !strings.Contains(notes, "idle memory not measured: no process of sandbox") {
-		t.Errorf("idle %+v, notes %v", r.Idle, r.Notes)
+	// The fake server's sandboxes have no processes on this host: as root
+	// that is a failed measurement, otherwise one that cannot be made.
+	var idle Row
+	for _, row := range r.Rows() {
+		if strings.HasPrefix(row.Metric, "idle sandbox memory") {
+			idle = row
+		}
+	}
+	if os.Geteuid() == 0 {
+		if r.Idle != nil || idle.OK == nil || *idle.OK || !strings.Contains(idle.Airlock, "failed: no process of sandbox") {
+			t.Errorf("idle %+v, row %+v", r.Idle, idle)
+		}
+	} else if r.Idle != nil || idle.OK != nil || !strings.Contains(notes, "idle memory not measured: needs root") {
+		t.Errorf("idle %+v, row %+v, notes %v", r.Idle, idle, r.Notes)
+	}
+}
+
+// TestFailedRowIsReported checks that a measurement that fails is a row
+// of its own that misses its target, with the error, and fails the run;
+// and that a server without the runtime at all leaves the row out with a
+// note instead.
+func TestFailedRowIsReported(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		status int
+		code   string
+		failed bool
+	}{
+		{"create fails", http.StatusInternalServerError, "internal", true},
+		{"runtime unhealthy", http.StatusServiceUnavailable, api.CodeRuntimeUnavailable, true},
+		{"runtime absent", http.StatusBadRequest, api.CodeRuntimeUnavailable, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &fakeServer{live: map[string]bool{}, gvisorStatus: tt.status, gvisorCode: tt.code}
+			c := newBenchClient(t, f.handler())
+			r, err := Run(context.Background(), Config{Client: c, CreateRuns: 1, ExecRuns: 1, FileRuns: 1, FileBytes: 1024,
+				LayeredRuns: 0, IdleSandboxes: -1, CodeRuns: -1, NetworkRuns: -1, GVisor: true, WorkDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var row *Row
+			rows := r.Rows()
+			for i := range rows {
+				if strings.HasPrefix(rows[i].Metric, "gvisor create") {
+					row = &rows[i]
+				}
+			}
+			md := r.Markdown()
+			if !tt.failed {
+				if row != nil || !strings.Contains(strings.Join(r.Notes, "\n"), "no gvisor runtime") {
+					t.Fatalf("row %+v, notes %v", row, r.Notes)
+				}
+				return
+			}
+			if row == nil {
+				t.Fatalf("no gvisor row:\n%s", md)
+			}
+			if row.OK == nil || *row.OK || !strings.HasPrefix(row.Airlock, "failed: ") || !strings.Contains(row.Airlock, tt.code) {
+				t.Errorf("row %+v", *row)
+			}
+			if r.AllMet() {
+				t.Error("AllMet with a failed row")
+			}
+			// One table row: the error's line break and bar do not break it.
+			for line := range strings.Lines(md) {
+				if strings.Contains(line, "gvisor create") && (strings.Count(line, "|") != 7 || !strings.HasSuffix(line, "| no |\n")) {
+					t.Errorf("table row %q", line)
+				}
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if len(f.live) != 0 {
+				t.Errorf("%d sandboxes left", len(f.live))
+			}
+		})
 	}
 }
 

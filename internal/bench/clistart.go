@@ -123,7 +123,7 @@ func MeasureCLIStart(ctx context.Context, cli, probe string, runs int) (cliS, pr
 // CLIStartRow is the report row of MeasureCLIStart's samples: judged by
 // the ratio to the probe, or by the absolute aim when there is no probe.
 func CLIStartRow(cli, probe Samples) Row {
-	row := Row{Metric: "CLI start to first request (`airlock exec`), p50", Ratio: math.NaN(), Airlock: fmtP(cli),
+	row := Row{Metric: metricCLI, Ratio: math.NaN(), Airlock: fmtP(cli),
 		Target: fmt.Sprintf("≤ %.0f× tiny Go binary (aim ≤ %d ms)", CLIStartRatio, CLIStartTarget/time.Millisecond)}
 	if len(cli) == 0 {
 		return row

@@ -63,7 +63,7 @@ func MeasureCode(ctx context.Context, c *client.Client, template string, runs in
 // CodeRow is the report row of MeasureCode's samples.
 func CodeRow(s Samples) Row {
 	judge := func(ok bool) *bool { return &ok }
-	row := Row{Metric: "code cell `1+1` in a warm python context, p50", Target: "< 20 ms",
+	row := Row{Metric: metricCode, Target: "< 20 ms",
 		Airlock: fmtP(s), Baseline: "absolute target", Ratio: math.NaN()}
 	if len(s) > 0 {
 		row.OK = judge(s.Percentile(50) < CodeTarget)

@@ -17,8 +17,8 @@ import (
 
 // Main is airlock-bench: it parses args, runs the benchmark against the
 // server and prints the markdown report on stdout. It returns the exit code:
-// 0 when every judged target was met, 1 when one was not (or with --strict
-// when a baseline is missing), 2 for an error.
+// 0 when every judged target was met, 1 when one was not or a measurement
+// failed (its row says so), 2 for an error that left no table.
 func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("airlock-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -58,7 +58,7 @@ func MeasureNetwork(ctx context.Context, c *client.Client, base api.CreateSandbo
 
 // NetworkRow is the report row of MeasureNetwork: the p50 difference.
 func NetworkRow(withNet, without Samples) Row {
-	row := Row{Metric: "network setup (allowlist) added to cold create, p50", Target: "≤ 10 ms", Ratio: math.NaN(),
+	row := Row{Metric: metricNetwork, Target: "≤ 10 ms", Ratio: math.NaN(),
 		Airlock: fmtP(withNet), Baseline: "same with network none, interleaved " + ms(without.Percentile(50))}
 	diff := withNet.Percentile(50) - without.Percentile(50)
 	row.Airlock = fmt.Sprintf("+%s (%s)", ms(diff), fmtP(withNet))

@@ -231,20 +231,9 @@ func (m *Manager) ReadFile(ctx context.Context, p auth.Principal, id, pth, user 
 		return nil, api.FileInfo{}, err
 	}
 	err = sb.withAgent(ctx, func(c *agentclient.Client) error {
-		st, err := c.Stat(ctx, pth, user)
-		if err != nil {
-			return err
-		}
-		if st.Type == agentproto.FileTypeDir {
-			rc, err = c.TarOut(ctx, pth, user)
-			fi = fileInfo(st)
-			return err
-		}
+		// One agent call: a directory comes as a tar stream (fi.Type).
 		var afi agentproto.FileInfo
-		rc, afi, err = c.ReadFile(ctx, pth, user)
-		if afi.Path == "" {
-			afi = st
-		}
+		rc, afi, err = c.Download(ctx, pth, user)
 		fi = fileInfo(afi)
 		return err
 	})
