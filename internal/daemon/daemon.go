@@ -42,16 +42,16 @@ import (
 	"github.com/airlockhq/airlock/internal/cgroups"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver/runc"
-	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/hostslot"
-	"github.com/airlockhq/airlock/internal/interp"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/pkgcache"
+	"github.com/airlockhq/airlock/internal/plane/e2b"
+	"github.com/airlockhq/airlock/internal/plane/httpapi"
 	"github.com/airlockhq/airlock/internal/preview"
 	"github.com/airlockhq/airlock/internal/reaper"
-	"github.com/airlockhq/airlock/internal/server"
+	"github.com/airlockhq/airlock/internal/service/code"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
 	"github.com/airlockhq/airlock/internal/tracing"
@@ -317,7 +317,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	}
 	defer bld.Close()
 
-	metrics := server.NewMetrics(nil)
+	metrics := httpapi.NewMetrics(nil)
 	// The manager hands out preview URLs of the listener as bound (a
 	// configured port 0 is known only now), or none when it is off.
 	mset := cfg
@@ -353,23 +353,23 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	// know) and the E2B-compatible planes on the same listener. E2B access
 	// tokens derive from a key kept in the data dir, so they outlive a
 	// restart.
-	code := interp.New(interp.Config{Backend: interp.ManagerBackend(m), Logger: log.With("component", "interp")})
+	codeSvc := code.New(code.Config{Backend: code.ManagerBackend(m), Logger: log.With("component", "interp")})
 	tokenKey, err := e2b.LoadOrCreateKey(filepath.Join(cfg.DataDir, "e2b-token.key"))
 	if err != nil {
-		code.Close()
+		codeSvc.Close()
 		return err
 	}
 	eh := e2b.New(e2b.Config{
-		Manager: m, Auth: authn, Code: code, Logger: log.With("component", "e2b"), TokenKey: tokenKey, Audit: rec,
+		Manager: m, Auth: authn, Code: codeSvc, Logger: log.With("component", "e2b"), TokenKey: tokenKey, Audit: rec,
 		MaxUploadBytes: cfg.MaxUploadBytes, MaxExecTimeout: time.Duration(cfg.MaxExecTimeoutS) * time.Second,
 	})
-	srv := server.New(server.Config{
+	srv := httpapi.New(httpapi.Config{
 		Manager: m, Auth: authn, Metrics: metrics, Logger: log, Version: version.Version,
-		MaxUploadBytes: cfg.MaxUploadBytes, Audit: rec, Code: code, E2B: eh, Host: hostInfo(slot.Names),
+		MaxUploadBytes: cfg.MaxUploadBytes, Audit: rec, Code: codeSvc, E2B: eh, Host: hostInfo(slot.Names),
 	})
 	// After the server's streams end (serve returns) and before the
 	// manager closes (deferred earlier, so it runs later).
-	defer code.Close()
+	defer codeSvc.Close()
 	return serve(ctx, cfg, ln, srv, log, opts)
 }
 
@@ -543,7 +543,7 @@ func runcUpperDir(sandboxes string) build.UpperDirFunc {
 }
 
 // serve runs the HTTP server on ln until ctx is done.
-func serve(ctx context.Context, cfg config.Config, ln net.Listener, srv *server.Server, log *slog.Logger, opts Options) error {
+func serve(ctx context.Context, cfg config.Config, ln net.Listener, srv *httpapi.Server, log *slog.Logger, opts Options) error {
 	hs := &http.Server{
 		Handler: srv.Handler(),
 		// Slow-header clients cannot hold connections open forever. There is

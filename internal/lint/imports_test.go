@@ -18,7 +18,7 @@ const module = "github.com/airlockhq/airlock/"
 // client or the store's records. A plane's tests may open a store to wire
 // a manager (until the one daemon harness), nothing more.
 func TestPlanesImports(t *testing.T) {
-	planes := []string{"internal/server", "internal/e2b", "internal/interp"}
+	planes := []string{"internal/plane/httpapi", "internal/plane/e2b", "internal/service/code"}
 	banned := map[string]bool{ // in every file of a plane
 		module + "internal/agentproto":  true,
 		module + "internal/agentclient": true,

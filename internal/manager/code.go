@@ -21,7 +21,7 @@ import (
 	"github.com/airlockhq/airlock/internal/lazyregexp"
 )
 
-// Code-interpreter processes (see internal/interp). A context's kernel is
+// Code-interpreter processes (see internal/service/code). A context's kernel is
 // driven by a long-lived "bridge" process in the sandbox. It is started as
 // an agent exec but not recorded as one (no exec record, no audit event per
 // process, no output kept by the daemon): the cells are audited instead.

@@ -22,12 +22,12 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/driver/runc"
-	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/hostcheck"
 	"github.com/airlockhq/airlock/internal/hostslot"
-	"github.com/airlockhq/airlock/internal/interp"
 	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/server"
+	"github.com/airlockhq/airlock/internal/plane/e2b"
+	"github.com/airlockhq/airlock/internal/plane/httpapi"
+	"github.com/airlockhq/airlock/internal/service/code"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
 	"github.com/airlockhq/airlock/internal/testutil"
@@ -47,7 +47,7 @@ const (
 	scenarioTimeout = 4 * time.Minute
 )
 
-var _ e2b.CodeService = (*interp.Service)(nil)
+var _ e2b.CodeService = (*code.Service)(nil)
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
@@ -171,10 +171,10 @@ func startEnv(t *testing.T) *env {
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	code := interp.New(interp.Config{Backend: interp.ManagerBackend(m), Logger: log})
+	code := code.New(code.Config{Backend: code.ManagerBackend(m), Logger: log})
 	eh := e2b.New(e2b.Config{Manager: m, Auth: authn, Code: code, Logger: log,
 		MaxExecTimeout: time.Duration(settings.MaxExecTimeoutS) * time.Second})
-	srv := server.New(server.Config{Manager: m, Auth: authn, Logger: log, Version: "e2b-suite", E2B: eh})
+	srv := httpapi.New(httpapi.Config{Manager: m, Auth: authn, Logger: log, Version: "e2b-suite", E2B: eh})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
