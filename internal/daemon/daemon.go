@@ -44,7 +44,6 @@ import (
 	"github.com/airlockhq/airlock/internal/driver/runc"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/hostslot"
-	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/pkgcache"
 	"github.com/airlockhq/airlock/internal/plane/e2b"
@@ -52,6 +51,7 @@ import (
 	"github.com/airlockhq/airlock/internal/preview"
 	"github.com/airlockhq/airlock/internal/reaper"
 	"github.com/airlockhq/airlock/internal/service/code"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
 	"github.com/airlockhq/airlock/internal/tracing"
@@ -286,7 +286,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	// (sandbox → tenant, template) is made first, its methods are the
 	// network's sinks, and the manager, made last, is given it too.
 	ncfg, regs := networkConfig(cfg, opts, slot.Names, closed, log)
-	attr := manager.NewAttribution(manager.AttributionConfig{Audit: rec, Registries: regs, Logger: log})
+	attr := sandbox.NewAttribution(sandbox.AttributionConfig{Audit: rec, Registries: regs, Logger: log})
 	nm := newNetwork(ncfg, attr, log)
 	if nm != nil {
 		defer nm.Close()
@@ -325,12 +325,12 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	if pln != nil {
 		mset.PreviewListen = pln.Addr().String()
 	}
-	mcfg := manager.Config{
+	mcfg := sandbox.Config{
 		Settings: mset, Store: st, Drivers: drivers, Templates: bld, Builder: bld, Logger: log,
 		Observer: metrics, Audit: rec, Attribution: attr, DefaultNetworkMode: opts.DefaultNetworkMode,
-		Network: manager.NetworkOf(nm), Registries: regs,
+		Network: sandbox.NetworkOf(nm), Registries: regs,
 	}
-	m, err := manager.New(mcfg)
+	m, err := sandbox.New(mcfg)
 	if err != nil {
 		return err
 	}
@@ -436,7 +436,7 @@ func networkConfig(cfg config.Config, opts Options, names hostslot.Names, closed
 // again (audited) or, when it cannot be, its sandbox ends in error
 // network_lost. Without it (ncfg nil, or a host that cannot: not root, no
 // nftables) it returns nil and sandboxes get loopback only.
-func newNetwork(ncfg *network.Config, attr *manager.Attribution, log *slog.Logger) *network.Manager {
+func newNetwork(ncfg *network.Config, attr *sandbox.Attribution, log *slog.Logger) *network.Manager {
 	if ncfg == nil {
 		return nil
 	}
@@ -476,7 +476,7 @@ func newNetwork(ncfg *network.Config, attr *manager.Attribution, log *slog.Logge
 // buildNetwork gives RUN steps of template builds the package registries
 // (every set that has hosts) through the network's allowlist, and
 // attributes their egress to the build's tenant in the audit trail.
-func buildNetwork(nm *network.Manager, regs map[string][]string, attr *manager.Attribution) build.NetworkFunc {
+func buildNetwork(nm *network.Manager, regs map[string][]string, attr *sandbox.Attribution) build.NetworkFunc {
 	reg := build.RegistryNetwork(nm, build.AvailableRegistries(regs))
 	return func(ctx context.Context, id string) (build.Network, func(), error) {
 		o, _ := build.OwnerOf(ctx)

@@ -44,7 +44,7 @@ func TestPlanesImports(t *testing.T) {
 			for _, im := range af.Imports {
 				p, _ := strconv.Unquote(im.Path.Value)
 				if banned[p] || (!test && bannedOutsideTests[p]) {
-					t.Errorf("%s imports %s: a plane uses the manager's types (internal/manager/types.go), not the agent's or the store's", filepath.Join(dir, filepath.Base(f)), strings.TrimPrefix(p, module))
+					t.Errorf("%s imports %s: a plane uses the manager's types (internal/service/…), not the agent's or the store's", filepath.Join(dir, filepath.Base(f)), strings.TrimPrefix(p, module))
 				}
 			}
 		}

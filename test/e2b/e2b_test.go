@@ -24,10 +24,10 @@ import (
 	"github.com/airlockhq/airlock/internal/driver/runc"
 	"github.com/airlockhq/airlock/internal/hostcheck"
 	"github.com/airlockhq/airlock/internal/hostslot"
-	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/plane/e2b"
 	"github.com/airlockhq/airlock/internal/plane/httpapi"
 	"github.com/airlockhq/airlock/internal/service/code"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
 	"github.com/airlockhq/airlock/internal/testutil"
@@ -163,7 +163,7 @@ func startEnv(t *testing.T) *env {
 	}
 	settings := config.Default()
 	settings.DataDir = dataDir
-	m, err := manager.New(manager.Config{Settings: settings, Store: st, Drivers: []driver.Driver{drv}, Templates: tmpl,
+	m, err := sandbox.New(sandbox.Config{Settings: settings, Store: st, Drivers: []driver.Driver{drv}, Templates: tmpl,
 		Logger: log, TickInterval: 50 * time.Millisecond, SweepInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)

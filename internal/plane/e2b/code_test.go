@@ -13,8 +13,8 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/plane/e2b"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 // fakeCode is a code service that records who called it and answers with
@@ -44,7 +44,7 @@ func (f *fakeCode) Run(ctx context.Context, p auth.Principal, id string, req api
 	f.envs = append(f.envs, req.Env)
 	f.mu.Unlock()
 	if req.Code == "bad" {
-		return &manager.PublicError{Msg: "bad cell", Err: errdefs.ErrInvalidArgument}
+		return &sandbox.PublicError{Msg: "bad cell", Err: errdefs.ErrInvalidArgument}
 	}
 	for _, ev := range []api.CodeEvent{
 		{Type: api.CodeEventStdout, Text: "hi\n"},

@@ -11,7 +11,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 // templateAliases maps E2B's public template names to airlock's. Any other
@@ -192,7 +192,7 @@ var e2bStates = map[string][]string{
 
 func (h *Handler) list(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	q := r.URL.Query()
-	f := manager.ListFilter{Cursor: q.Get("nextToken")}
+	f := sandbox.ListFilter{Cursor: q.Get("nextToken")}
 	for _, v := range q["state"] {
 		for s := range strings.SplitSeq(v, ",") {
 			st, ok := e2bStates[strings.TrimSpace(s)]
@@ -262,7 +262,7 @@ func (h *Handler) visible(r *http.Request, p auth.Principal, id string) (api.San
 		return api.Sandbox{}, err
 	}
 	if sb.State == api.StateStopped || sb.State == api.StateStopping {
-		return api.Sandbox{}, errf(manager.ErrSandboxNotFound, "sandbox not found")
+		return api.Sandbox{}, errf(sandbox.ErrSandboxNotFound, "sandbox not found")
 	}
 	return sb, nil
 }

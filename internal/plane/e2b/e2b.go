@@ -34,7 +34,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
-	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 // Protocol constants of the SDKs.
@@ -77,7 +77,7 @@ type CodeService interface {
 // Config configures a Handler.
 type Config struct {
 	// Manager runs the sandboxes. Required.
-	Manager *manager.Manager
+	Manager *sandbox.Manager
 	// Auth checks the X-API-KEY of control-plane calls. Required.
 	Auth *auth.Authenticator
 	// Code runs code-interpreter cells; nil answers /execute with 501.
@@ -106,7 +106,7 @@ type Config struct {
 // Handler serves the E2B planes. Create it with New.
 type Handler struct {
 	cfg     Config
-	m       *manager.Manager
+	m       *sandbox.Manager
 	log     *slog.Logger
 	control http.Handler
 	envd    http.Handler

@@ -21,9 +21,9 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/plane/e2b/envd/filesystempb/filesystempbconnect"
 	"github.com/airlockhq/airlock/internal/plane/e2b/envd/processpb/processpbconnect"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 // maxRPCBytes bounds one Connect message.
@@ -133,15 +133,15 @@ func userOf(hdr http.Header) string {
 	a := hdr.Get("Authorization")
 	scheme, rest, ok := strings.Cut(a, " ")
 	if !ok || !strings.EqualFold(scheme, "Basic") {
-		return manager.DefaultUser
+		return sandbox.DefaultUser
 	}
 	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(rest))
 	if err != nil {
-		return manager.DefaultUser
+		return sandbox.DefaultUser
 	}
 	user, _, _ := strings.Cut(string(b), ":")
 	if user == "" {
-		return manager.DefaultUser
+		return sandbox.DefaultUser
 	}
 	return user
 }
@@ -175,7 +175,7 @@ func fileUser(r *http.Request) string {
 	if u := r.URL.Query().Get("username"); u != "" {
 		return u
 	}
-	return manager.DefaultUser
+	return sandbox.DefaultUser
 }
 
 func (h *Handler) getFile(w http.ResponseWriter, r *http.Request) {

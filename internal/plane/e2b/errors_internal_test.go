@@ -14,7 +14,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/errdefs/edge"
-	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 // TestRetryableAnswers: every 503 and 429 of the E2B planes carries
@@ -46,8 +46,8 @@ func TestRetryableAnswers(t *testing.T) {
 		{"runtime_absent", errdefs.ErrRuntimeAbsent, 400, ""},
 		{"runtime_unhealthy", errdefs.ErrRuntimeUnavailable, 503, "30"},
 		{"template_unsupported", errdefs.ErrTemplateUnsupported, 400, ""},
-		{"template_build_failed", fmt.Errorf("%w: bld_1", manager.ErrTemplateBuildFailed), http.StatusFailedDependency, ""},
-		{"own_retry_after", &manager.PublicError{Msg: "building", RetryAfter: time.Minute, Err: errdefs.ErrUnavailable}, 503, "60"},
+		{"template_build_failed", fmt.Errorf("%w: bld_1", sandbox.ErrTemplateBuildFailed), http.StatusFailedDependency, ""},
+		{"own_retry_after", &sandbox.PublicError{Msg: "building", RetryAfter: time.Minute, Err: errdefs.ErrUnavailable}, 503, "60"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,12 +20,12 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
-	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/manager/managertest"
 	"github.com/airlockhq/airlock/internal/plane/e2b"
 	"github.com/airlockhq/airlock/internal/plane/e2b/envd/filesystempb/filesystempbconnect"
 	"github.com/airlockhq/airlock/internal/plane/e2b/envd/processpb/processpbconnect"
 	"github.com/airlockhq/airlock/internal/plane/httpapi"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/service/servicetest"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -46,7 +46,7 @@ type harness struct {
 	t    *testing.T
 	url  string
 	e2b  *e2b.Handler
-	m    *manager.Manager
+	m    *sandbox.Manager
 	auth *auth.Authenticator
 	keys map[string]string // tenant → key
 }
@@ -67,12 +67,12 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	if _, err := authn.Bootstrap(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
-	drv := managertest.New("runc", filepath.Join(dir, "sandboxes"))
+	drv := servicetest.New("runc", filepath.Join(dir, "sandboxes"))
 	settings := config.Default()
 	settings.DataDir = dir
-	m, err := manager.New(manager.Config{
+	m, err := sandbox.New(sandbox.Config{
 		Settings: settings, Store: st, Drivers: []driver.Driver{drv},
-		Templates: managertest.Templates{
+		Templates: servicetest.Templates{
 			"base":             {{Name: "base", Version: 1}},
 			"code-interpreter": {{Name: "code-interpreter", Version: 1}},
 		},
@@ -96,7 +96,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	h := &harness{t: t, url: ts.URL, e2b: eh, m: m, auth: authn, keys: map[string]string{}}
 	t.Cleanup(func() {
 		ctx := context.Background()
-		if l, err := m.List(ctx, auth.Principal{Admin: true}, manager.ListFilter{}); err == nil {
+		if l, err := m.List(ctx, auth.Principal{Admin: true}, sandbox.ListFilter{}); err == nil {
 			for _, sb := range l.Sandboxes {
 				m.Delete(ctx, auth.Principal{Admin: true}, sb.ID)
 			}

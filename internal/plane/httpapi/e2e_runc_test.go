@@ -20,10 +20,10 @@ import (
 	"github.com/airlockhq/airlock/internal/driver/runc"
 	"github.com/airlockhq/airlock/internal/hostcheck"
 	"github.com/airlockhq/airlock/internal/hostslot"
-	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/plane/httpapi"
 	"github.com/airlockhq/airlock/internal/preview"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
 	"github.com/airlockhq/airlock/internal/testutil"
@@ -43,7 +43,7 @@ type e2e struct {
 	st      *store.Store
 	auth    *auth.Authenticator
 	drv     *runc.Driver
-	m       *manager.Manager
+	m       *sandbox.Manager
 	srv     *httpapi.Server
 	ts      *httptest.Server
 	h       *harness // request helpers bound to ts
@@ -169,7 +169,7 @@ func (e *e2e) start() {
 	}
 	// The network's events go to the attribution, made first (as the
 	// daemon does), which the manager is given too.
-	attr := manager.NewAttribution(manager.AttributionConfig{Audit: e.rec, Registries: regs, Logger: testLog})
+	attr := sandbox.NewAttribution(sandbox.AttributionConfig{Audit: e.rec, Registries: regs, Logger: testLog})
 	if e.world != nil {
 		ncfg.Audit = attr.NetworkEvent
 		nm, err := network.New(ncfg)
@@ -179,13 +179,13 @@ func (e *e2e) start() {
 		}
 		e.nm = nm
 	}
-	var obs manager.Observer
+	var obs sandbox.Observer
 	if e.metrics != nil {
 		obs = e.metrics
 	}
-	m, err := manager.New(manager.Config{Settings: s, Store: e.st, Drivers: []driver.Driver{drv}, Templates: e.tmpl,
+	m, err := sandbox.New(sandbox.Config{Settings: s, Store: e.st, Drivers: []driver.Driver{drv}, Templates: e.tmpl,
 		Logger: testLog, TickInterval: 50 * time.Millisecond, SweepInterval: time.Second,
-		Audit: e.rec, Attribution: attr, Network: manager.NetworkOf(e.nm), Registries: regs,
+		Audit: e.rec, Attribution: attr, Network: sandbox.NetworkOf(e.nm), Registries: regs,
 		Observer: obs, SampleInterval: e.sampleEvery})
 	if err != nil {
 		e.t.Fatal(err)

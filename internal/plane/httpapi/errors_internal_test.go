@@ -13,7 +13,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/errdefs/edge"
-	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 // TestRetryableAnswers: every 503 and 429 carries Retry-After (docs/api.md
@@ -36,15 +36,15 @@ func TestRetryableAnswers(t *testing.T) {
 		code   string
 		retry  time.Duration
 	}{
-		{"runtime_absent", &manager.PublicError{Msg: "runtime gvisor is not available on this host", Err: errdefs.ErrRuntimeAbsent},
+		{"runtime_absent", &sandbox.PublicError{Msg: "runtime gvisor is not available on this host", Err: errdefs.ErrRuntimeAbsent},
 			400, api.CodeRuntimeUnavailable, 0},
-		{"runtime_unhealthy", &manager.PublicError{Msg: "runtime gvisor is not usable on this host now", Err: errdefs.ErrRuntimeUnavailable},
+		{"runtime_unhealthy", &sandbox.PublicError{Msg: "runtime gvisor is not usable on this host now", Err: errdefs.ErrRuntimeUnavailable},
 			503, api.CodeRuntimeUnavailable, 30 * time.Second},
-		{"template_unsupported", &manager.PublicError{Msg: "no kernel", Err: errdefs.ErrTemplateUnsupported},
+		{"template_unsupported", &sandbox.PublicError{Msg: "no kernel", Err: errdefs.ErrTemplateUnsupported},
 			400, api.CodeTemplateUnsupported, 0},
-		{"agent", manager.ErrAgentUnavailable, 503, api.CodeAgentUnavailable, 5 * time.Second},
+		{"agent", sandbox.ErrAgentUnavailable, 503, api.CodeAgentUnavailable, 5 * time.Second},
 		{"timeout", fmt.Errorf("dialing: %w", context.DeadlineExceeded), 503, api.CodeUnavailable, 5 * time.Second},
-		{"own_retry_after", &manager.PublicError{Msg: "building", RetryAfter: time.Minute, Err: errdefs.ErrUnavailable},
+		{"own_retry_after", &sandbox.PublicError{Msg: "building", RetryAfter: time.Minute, Err: errdefs.ErrUnavailable},
 			503, api.CodeUnavailable, time.Minute},
 	}
 	for _, tt := range tests {

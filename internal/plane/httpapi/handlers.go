@@ -7,7 +7,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 // errorBody builds an error body for r outside writeError.
@@ -111,7 +111,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p auth.Pr
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	q := r.URL.Query()
-	f := manager.ListFilter{Cursor: q.Get("cursor")}
+	f := sandbox.ListFilter{Cursor: q.Get("cursor")}
 	for _, v := range q["state"] {
 		for _, st := range strings.Split(v, ",") {
 			if st = strings.TrimSpace(st); st != "" {

@@ -23,9 +23,9 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
-	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/manager/managertest"
 	"github.com/airlockhq/airlock/internal/plane/httpapi"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/service/servicetest"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -61,8 +61,8 @@ type harness struct {
 	clock    *clock
 	st       *store.Store
 	auth     *auth.Authenticator
-	drv      *managertest.Driver
-	m        *manager.Manager
+	drv      *servicetest.Driver
+	m        *sandbox.Manager
 	srv      *httpapi.Server
 	ts       *httptest.Server
 	url      string
@@ -73,11 +73,11 @@ type harness struct {
 	// (withNetwork) and regs its registry sets.
 	wantAudit bool
 	rec       *audit.Recorder
-	net       manager.Network
+	net       sandbox.Network
 	regs      map[string][]string
 	// attr is the manager's attribution, the sink of network events
 	// (made anew by every start, as by every daemon).
-	attr *manager.Attribution
+	attr *sandbox.Attribution
 	// metrics are the Prometheus metrics the manager observes into and
 	// the server exports; noObserver leaves the manager without them
 	// (the unmetered benchmark).
@@ -105,7 +105,7 @@ func withE2B(e http.Handler) option { return func(h *harness) { h.e2b = e } }
 func withAudit() option { return func(h *harness) { h.wantAudit = true } }
 
 // withNetwork gives sandboxes network n with registry sets regs.
-func withNetwork(n manager.Network, regs map[string][]string) option {
+func withNetwork(n sandbox.Network, regs map[string][]string) option {
 	return func(h *harness) { h.net, h.regs = n, regs }
 }
 
@@ -128,7 +128,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.drv = managertest.New("runc", filepath.Join(dir, "sandboxes"))
+	h.drv = servicetest.New("runc", filepath.Join(dir, "sandboxes"))
 	if h.net != nil {
 		h.drv.SetNetworkModes(driver.NetworkNone, driver.NetworkAllowlist, driver.NetworkOpen)
 	}
@@ -161,15 +161,15 @@ func init() {
 // start runs a manager and server over the harness's store and driver.
 func (h *harness) start() {
 	h.t.Helper()
-	var obs manager.Observer
+	var obs sandbox.Observer
 	if !h.noObserver {
 		obs = h.metrics
 	}
-	h.attr = manager.NewAttribution(manager.AttributionConfig{Audit: h.rec, Registries: h.regs, Logger: testLog, Now: h.clock.Now})
-	m, err := manager.New(manager.Config{
+	h.attr = sandbox.NewAttribution(sandbox.AttributionConfig{Audit: h.rec, Registries: h.regs, Logger: testLog, Now: h.clock.Now})
+	m, err := sandbox.New(sandbox.Config{
 		Observer: obs, SampleInterval: h.sampleEvery, Attribution: h.attr,
 		Settings: h.settings, Store: h.st, Drivers: []driver.Driver{h.drv},
-		Templates: managertest.Templates{"base": {{Name: "base", Version: 1}, {Name: "base", Version: 2}}},
+		Templates: servicetest.Templates{"base": {{Name: "base", Version: 1}, {Name: "base", Version: 2}}},
 		Logger:    testLog, Now: h.clock.Now,
 		TickInterval: 20 * time.Millisecond, SweepInterval: 200 * time.Millisecond,
 		AgentDialTimeout: 5 * time.Second, ExecRetention: time.Minute,

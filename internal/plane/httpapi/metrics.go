@@ -12,7 +12,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
-	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 // Metrics are the daemon's Prometheus metrics. Labels stay low-cardinality:
@@ -27,7 +27,7 @@ type Metrics struct {
 	sbErrors *prometheus.CounterVec
 
 	mu    sync.Mutex
-	m     *manager.Manager
+	m     *sandbox.Manager
 	audit *audit.Recorder
 }
 
@@ -74,8 +74,8 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 }
 
 var (
-	_ manager.Observer             = (*Metrics)(nil)
-	_ manager.SandboxErrorObserver = (*Metrics)(nil)
+	_ sandbox.Observer             = (*Metrics)(nil)
+	_ sandbox.SandboxErrorObserver = (*Metrics)(nil)
 )
 
 // SandboxError implements manager.SandboxErrorObserver.
@@ -104,7 +104,7 @@ func (mt *Metrics) observeRequest(method, route string, status int, d time.Durat
 	mt.requests.WithLabelValues(method, route, strconv.Itoa(status)).Observe(d.Seconds())
 }
 
-func (mt *Metrics) watchManager(m *manager.Manager) {
+func (mt *Metrics) watchManager(m *sandbox.Manager) {
 	mt.mu.Lock()
 	mt.m = m
 	mt.mu.Unlock()

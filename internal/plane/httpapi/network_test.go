@@ -14,16 +14,16 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/manager/managertest"
 	"github.com/airlockhq/airlock/internal/network"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/service/servicetest"
 )
 
 // fakeNet stands in for network.Manager: it validates policies like the
 // real one and records what the manager asks of it, and checks that a
 // network is torn down only once the driver destroyed its sandbox.
 type fakeNet struct {
-	drv *managertest.Driver
+	drv *servicetest.Driver
 
 	mu           sync.Mutex
 	policies     map[string]network.Policy
@@ -32,7 +32,7 @@ type fakeNet struct {
 	violations   []string
 }
 
-var _ manager.Network = (*fakeNet)(nil)
+var _ sandbox.Network = (*fakeNet)(nil)
 
 func newFakeNet() *fakeNet { return &fakeNet{policies: map[string]network.Policy{}} }
 
@@ -40,19 +40,19 @@ func (f *fakeNet) call(format string, args ...any) {
 	f.calls = append(f.calls, fmt.Sprintf(format, args...))
 }
 
-func (f *fakeNet) Setup(ctx context.Context, id string, p network.Policy) (manager.NetAttachment, error) {
+func (f *fakeNet) Setup(ctx context.Context, id string, p network.Policy) (sandbox.NetAttachment, error) {
 	p, err := network.ParsePolicy(p)
 	if err != nil {
-		return manager.NetAttachment{}, err
+		return sandbox.NetAttachment{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.policies[id]; ok {
-		return manager.NetAttachment{}, errdefs.Wrap(errdefs.ErrAlreadyExists, "network of %s", id)
+		return sandbox.NetAttachment{}, errdefs.Wrap(errdefs.ErrAlreadyExists, "network of %s", id)
 	}
 	f.call("setup %s %s", id, p.Mode)
 	f.policies[id] = p
-	return manager.NetAttachment{NetNSPath: "/fake/netns/" + id, ResolvConfPath: "/fake/" + id + ".resolv.conf"}, nil
+	return sandbox.NetAttachment{NetNSPath: "/fake/netns/" + id, ResolvConfPath: "/fake/" + id + ".resolv.conf"}, nil
 }
 
 func (f *fakeNet) Update(ctx context.Context, id string, p network.Policy) error {

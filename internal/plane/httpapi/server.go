@@ -20,13 +20,13 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/errdefs/edge"
-	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 // Config configures a Server.
 type Config struct {
 	// Manager runs the sandboxes. Required.
-	Manager *manager.Manager
+	Manager *sandbox.Manager
 	// Auth checks API keys. Required.
 	Auth *auth.Authenticator
 	// Metrics records request and exec metrics; nil makes a private one.
@@ -65,7 +65,7 @@ const DefaultAuthFailureDelay = 200 * time.Millisecond
 // Server is the HTTP API.
 type Server struct {
 	cfg     Config
-	m       *manager.Manager
+	m       *sandbox.Manager
 	auth    *auth.Authenticator
 	metrics *Metrics
 	log     *slog.Logger

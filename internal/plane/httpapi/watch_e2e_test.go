@@ -13,7 +13,7 @@ import (
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 // TestE2ERuncWatch watches directories of a real runc sandbox: the agent's
@@ -45,7 +45,7 @@ func TestE2ERuncWatch(t *testing.T) {
 					t.Fatalf("Next: %v (got %v)", err, got)
 				}
 				for _, ev := range evs {
-					if ev.Type == manager.WatchWrite {
+					if ev.Type == sandbox.WatchWrite {
 						continue
 					}
 					s := ev.Type + " " + ev.Path
@@ -95,7 +95,7 @@ func TestE2ERuncWatch(t *testing.T) {
 			t.Fatalf("touch: %+v", res)
 		}
 		evs, err := w.Next()
-		if err != nil || len(evs) == 0 || evs[0].Type != manager.WatchCreate || evs[0].Path != "/root/mine" {
+		if err != nil || len(evs) == 0 || evs[0].Type != sandbox.WatchCreate || evs[0].Path != "/root/mine" {
 			t.Fatalf("root's watch: %+v, %v", evs, err)
 		}
 		// Another tenant does not find the sandbox.

@@ -28,7 +28,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/lazyregexp"
-	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 //go:embed bridge.py
@@ -81,14 +81,14 @@ type Process interface {
 	Redact(s string) string
 	// TextStream returns a redactor for one of a cell's output streams,
 	// which masks a secret however its pieces come.
-	TextStream() *manager.TextStream
+	TextStream() *sandbox.TextStream
 }
 
 // Backend is what the service needs of the sandbox manager; ManagerBackend
 // adapts a *manager.Manager.
 type Backend interface {
 	// Start starts a bridge in running sandbox id, checking that p may use it.
-	Start(ctx context.Context, p auth.Principal, id string, spec manager.CodeProcessSpec) (Process, error)
+	Start(ctx context.Context, p auth.Principal, id string, spec sandbox.CodeProcessSpec) (Process, error)
 	// Gone checks that p may use running sandbox id and returns a channel
 	// closed when the sandbox stops being live.
 	Gone(ctx context.Context, p auth.Principal, id string) (<-chan struct{}, error)
@@ -100,11 +100,11 @@ type Backend interface {
 }
 
 // ManagerBackend returns the Backend of the real sandbox manager.
-func ManagerBackend(m *manager.Manager) Backend { return mgrBackend{m} }
+func ManagerBackend(m *sandbox.Manager) Backend { return mgrBackend{m} }
 
-type mgrBackend struct{ m *manager.Manager }
+type mgrBackend struct{ m *sandbox.Manager }
 
-func (b mgrBackend) Start(ctx context.Context, p auth.Principal, id string, spec manager.CodeProcessSpec) (Process, error) {
+func (b mgrBackend) Start(ctx context.Context, p auth.Principal, id string, spec sandbox.CodeProcessSpec) (Process, error) {
 	cp, err := b.m.StartCodeProcess(ctx, p, id, spec)
 	if err != nil {
 		return nil, err
@@ -214,7 +214,7 @@ func validateEnv(env map[string]string) error {
 		if !envNameRE.MatchString(k) {
 			return invalid("env name %q is not a valid variable name", truncate(k, 64))
 		}
-		if k == manager.ExecIDEnv {
+		if k == sandbox.ExecIDEnv {
 			return invalid("env name %s is reserved", k)
 		}
 		if strings.IndexByte(v, 0) >= 0 {

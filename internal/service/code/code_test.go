@@ -20,7 +20,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -39,7 +39,7 @@ func newLocal() *localBackend { return &localBackend{gone: make(chan struct{})} 
 
 func (b *localBackend) Gone(ctx context.Context, p auth.Principal, id string) (<-chan struct{}, error) {
 	if id != "sb1" {
-		return nil, &manager.PublicError{Msg: "sandbox not found", Err: manager.ErrSandboxNotFound}
+		return nil, &sandbox.PublicError{Msg: "sandbox not found", Err: sandbox.ErrSandboxNotFound}
 	}
 	return b.gone, nil
 }
@@ -57,7 +57,7 @@ type localProc struct {
 	done  chan struct{}
 }
 
-func (b *localBackend) Start(ctx context.Context, p auth.Principal, id string, spec manager.CodeProcessSpec) (Process, error) {
+func (b *localBackend) Start(ctx context.Context, p auth.Principal, id string, spec sandbox.CodeProcessSpec) (Process, error) {
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir = spec.Cwd
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -75,9 +75,9 @@ func (b *localBackend) Start(ctx context.Context, p auth.Principal, id string, s
 	}
 	lp := &localProc{cmd: cmd, stdin: stdin, done: make(chan struct{})}
 	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != manager.CodeReadyLine+"\n" {
+	if err != nil || line != sandbox.CodeReadyLine+"\n" {
 		lp.Close(ctx)
-		return nil, &manager.PublicError{Msg: "starting kernel: " + line, Err: errdefs.ErrUnavailable}
+		return nil, &sandbox.PublicError{Msg: "starting kernel: " + line, Err: errdefs.ErrUnavailable}
 	}
 	go func() {
 		io.Copy(io.Discard, stdout)
@@ -96,8 +96,8 @@ func (b *localBackend) Start(ctx context.Context, p auth.Principal, id string, s
 func (lp *localProc) Events() io.Reader      { return lp.fifo }
 func (lp *localProc) Done() <-chan struct{}  { return lp.done }
 func (lp *localProc) Redact(s string) string { return strings.ReplaceAll(s, "s3cr3t", "*****") }
-func (lp *localProc) TextStream() *manager.TextStream {
-	return manager.NewTextStream(map[string]string{"S": "s3cr3t"})
+func (lp *localProc) TextStream() *sandbox.TextStream {
+	return sandbox.NewTextStream(map[string]string{"S": "s3cr3t"})
 }
 func (lp *localProc) Send(ctx context.Context, p []byte) error {
 	_, err := lp.stdin.Write(p)
@@ -292,7 +292,7 @@ func TestBadRequests(t *testing.T) {
 	}{
 		{"language", api.CodeRequest{Code: "1", Language: "cobol"}, "sb1", errdefs.ErrInvalidArgument},
 		{"context", api.CodeRequest{Code: "1", ContextID: ptr("ctx_nope")}, "sb1", errdefs.ErrNotFound},
-		{"sandbox", api.CodeRequest{Code: "1"}, "sb2", manager.ErrSandboxNotFound},
+		{"sandbox", api.CodeRequest{Code: "1"}, "sb2", sandbox.ErrSandboxNotFound},
 		{"huge", api.CodeRequest{Code: strings.Repeat("x", MaxCodeBytes+1)}, "sb1", errdefs.ErrTooLarge},
 		{"timeout", api.CodeRequest{Code: "1", TimeoutS: ptr(-1.0)}, "sb1", errdefs.ErrInvalidArgument},
 		{"env-name", api.CodeRequest{Code: "1", Env: map[string]string{"A-B": "1"}}, "sb1", errdefs.ErrInvalidArgument},

@@ -18,7 +18,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
-	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 const (
@@ -122,7 +122,7 @@ func (k *kctx) ensure(ctx context.Context, p auth.Principal) (*proc, error) {
 		argv = append(argv, "node", "-e", bridgeJS, fifo)
 	}
 	start := time.Now()
-	pr, err := k.s.be.Start(ctx, p, k.sandboxID, manager.CodeProcessSpec{ID: name, Argv: argv, Cwd: k.cwd, FIFO: fifo})
+	pr, err := k.s.be.Start(ctx, p, k.sandboxID, sandbox.CodeProcessSpec{ID: name, Argv: argv, Cwd: k.cwd, FIFO: fifo})
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +317,7 @@ func (k *kctx) run(ctx context.Context, p auth.Principal, c cell, timeout time.D
 	// a secret printed in pieces, or slowly, is masked too: a piece that
 	// could start a secret waits for the next one, at most RedactHold,
 	// then goes out masked (manager.TextStream).
-	streams := map[string]*manager.TextStream{}
+	streams := map[string]*sandbox.TextStream{}
 	var hold *time.Timer
 	var holdC <-chan time.Time
 	defer func() {
@@ -335,7 +335,7 @@ func (k *kctx) run(ctx context.Context, p auth.Principal, c cell, timeout time.D
 			send(api.CodeEvent{Type: typ, Text: out})
 		}
 		if ts.Pending() && holdC == nil {
-			hold = time.NewTimer(manager.RedactHold)
+			hold = time.NewTimer(sandbox.RedactHold)
 			holdC = hold.C
 		}
 	}

@@ -1,0 +1,622 @@
+// Package sandbox runs airlock's sandboxes: the state machine, create and delete, TTLs, pause, exec tracking, files and recovery after a restart.
+//
+// The manager sits between the HTTP server and the drivers. It owns the
+// sandbox state machine (state.go: legal transitions in one place), keeps the
+// store's records in step with what the drivers observe, enforces capacity,
+// quotas and TTLs, and talks to each sandbox's agent through one
+// agentclient.Client per sandbox, redialled when the connection drops.
+//
+// Secrets given at create time are merged into every exec's environment and
+// masked out of every exec output the manager returns or records. They are
+// kept in memory and, sealed with a key in the data dir (secrets.go), in the
+// store, so that a restarted daemon keeps injecting them.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/agentclient"
+	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/build"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/network"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Templates resolves a template reference to the layers a driver stacks
+// (build.Builder implements it for the shipped templates; with
+// Config.Builder set, the builder's tenant-aware catalog is used instead).
+type Templates interface {
+	// Get returns template name at version (0: the newest), or an error
+	// wrapping errdefs.ErrNotFound.
+	Get(name string, version int) (driver.Template, error)
+}
+
+// Defaults of Config's timing fields.
+const (
+	// defaultTick is how often expiry is checked: TTLs are whole seconds, so
+	// a second of lateness is the most a sandbox overstays.
+	defaultTick = time.Second
+	// defaultSweep is how often every live sandbox's runtime is inspected, a
+	// backstop for the per-sandbox watch on the agent connection (which
+	// notices a dead init at once). Inspect spawns `runc state`, so the sweep
+	// stays rare.
+	defaultSweep = 30 * time.Second
+	// defaultDialTimeout bounds connecting to an agent that is starting: it
+	// listens within milliseconds of init's start; seconds mean it is broken.
+	defaultDialTimeout = 30 * time.Second
+	// defaultCreateTimeout bounds one whole create (storage, runtime, agent).
+	defaultCreateTimeout = 2 * time.Minute
+	// defaultExecRetention is how long an ended exec's events stay in memory
+	// for fast re-attach; after that they are read back from the store.
+	defaultExecRetention = 2 * time.Minute
+	// cleanupTimeout bounds teardown that runs detached from any request.
+	cleanupTimeout = 2 * time.Minute
+	// retryAfterCapacity is the Retry-After of capacity and quota errors:
+	// sandboxes live minutes, so a retry in seconds has a fair chance.
+	retryAfterCapacity = 5 * time.Second
+)
+
+// Config configures a Manager.
+type Config struct {
+	// Settings are the daemon's limits and defaults. Its PreviewListen is
+	// where the preview listener listens, as bound ("host:port": a
+	// configured port 0 is known only then), for the preview URLs the
+	// manager hands out; "" when previews are off (not configured, or
+	// the address could not be bound).
+	Settings config.Config
+	// Store persists records. Required.
+	Store *store.Store
+	// Drivers are the runtimes this host offers. The first one whose name is
+	// Settings.DefaultRuntime is the default.
+	Drivers []driver.Driver
+	// Templates resolves template references. Required.
+	Templates Templates
+	// Builder, when set, builds and catalogs templates (the /v1/templates
+	// API) and resolves the templates of creates per tenant, with their
+	// env and start and ready commands. Without it templates come from
+	// Templates alone and the template API answers not_implemented.
+	Builder *build.Builder
+	// SecretsKeyPath is the file of the key that seals secrets at rest;
+	// default <Settings.DataDir>/secrets.key.
+	SecretsKeyPath string
+	// Logger receives the manager's logs; default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; default time.Now. Tests inject their own.
+	Now func() time.Time
+	// TickInterval, SweepInterval, AgentDialTimeout, CreateTimeout and
+	// ExecRetention override the defaults above (tests shorten them).
+	TickInterval     time.Duration
+	SweepInterval    time.Duration
+	AgentDialTimeout time.Duration
+	CreateTimeout    time.Duration
+	ExecRetention    time.Duration
+	// OnExecEnd, when set, is told the status and duration of every exec
+	// that ends (metrics).
+	OnExecEnd func(status string, d time.Duration)
+	// Network gives every sandbox its network namespace and enforces its
+	// egress policy (NetworkOf(network.Manager)). Without it sandboxes get
+	// the runtime's loopback-only namespace and only mode none is accepted.
+	Network Network
+	// Registries are the hosts of each package registry set, as Network
+	// enforces them: a policy may only name sets that have hosts, and
+	// egress events name the set a domain belongs to.
+	Registries map[string][]string
+	// DefaultNetworkMode is the network mode of a create that names none
+	// when its tenant has no default of its own; "" means none.
+	DefaultNetworkMode string
+	// Audit receives the audit trail (sandbox lifecycle, execs, file
+	// writes); nil records nothing.
+	Audit *audit.Recorder
+	// Attribution attributes the network side's events (egress, package
+	// downloads, repairs) to the sandboxes' tenants and hands on the
+	// networks it reports lost: the daemon makes it first and gives it to
+	// the network backend's sinks too. Default: one of its own, on Audit
+	// and Registries.
+	Attribution *Attribution
+	// SampleInterval overrides Settings.SampleInterval (tests shorten it).
+	SampleInterval time.Duration
+	// Observer, when set, is told of creates, execs and agent round trips
+	// (metrics).
+	Observer Observer
+}
+
+// Observer receives latencies for metrics. Calls are on hot paths: they
+// must not block.
+type Observer interface {
+	// CreateDone is told how long a create took on runtime and whether it
+	// succeeded.
+	CreateDone(runtime string, d time.Duration, ok bool)
+	// ExecDone is told the runtime, final status and duration of an exec.
+	ExecDone(runtime, status string, d time.Duration)
+	// AgentCall is told the duration of one manager-to-agent call.
+	AgentCall(d time.Duration)
+}
+
+// SandboxErrorObserver is an optional part of an Observer: it is told the
+// code of every sandbox that ended in state error.
+type SandboxErrorObserver interface {
+	SandboxError(code string)
+}
+
+// Manager runs sandboxes. Create one with New, call Start, and Close it to
+// stop managing (sandboxes keep running for the next daemon to re-adopt).
+type Manager struct {
+	cfg      Config
+	preview  previews // exposed ports and the preview token key (preview.go)
+	settings config.Config
+	store    *store.Store
+	drivers  map[string]driver.Driver
+	tmpl     Templates
+	sealer   *sealer
+	log      *slog.Logger
+	now      func() time.Time
+	net      Network
+	audit    *audit.Recorder
+	// attr says whom each sandbox's events belong to, for the network
+	// side's events, and hands on the networks it reports lost.
+	attr *Attribution
+
+	// health caches each driver's probe (refreshed by refreshHealth).
+	healthMu sync.Mutex
+	health   map[string]driver.Health
+	probedAt time.Time
+
+	// quotas holds tenant quota overrides and exec rate windows (quota.go).
+	quotas *tenantQuotas
+
+	// mu guards live. Capacity checks and reservations happen under it so
+	// that two creates cannot both take the last slot.
+	mu   sync.Mutex
+	live map[string]*sandbox
+
+	ctx      context.Context // lifetime of background work; cancelled by Close
+	cancel   context.CancelFunc
+	shutdown chan struct{} // closed by Close: trackers stop without recording
+	wg       sync.WaitGroup
+	closed   sync.Once
+	started  bool
+}
+
+// sandbox is the in-memory side of one live sandbox.
+type sandbox struct {
+	id     string
+	tenant string
+	drv    driver.Driver
+	m      *Manager
+
+	// opMu serialises lifecycle operations (the driver contract wants calls
+	// for one id serialised by the caller).
+	opMu sync.Mutex
+
+	// mu guards rec, execs.
+	mu  sync.Mutex
+	rec store.Sandbox
+
+	// ready is closed when create finished, one way or the other.
+	ready chan struct{}
+
+	secrets map[string]string
+	env     map[string]string
+	red     *redactor
+	// tmplUser and tmplWorkdir are the template's USER and WORKDIR, the
+	// defaults of execs (execDefaults); "" when it set none.
+	tmplUser, tmplWorkdir string
+
+	dialMu sync.Mutex
+	client *agentclient.Client
+
+	execs map[string]*execTracker
+	// expiring is set while the TTL loop stops the sandbox.
+	expiring bool
+	// execRecovery is set for a sandbox recovered while paused: its execs
+	// are re-attached once it is resumed.
+	execRecovery bool
+	// gone is closed when the sandbox stops being live (deleted, crashed,
+	// expired): trackers finish their execs as killed, or as error when
+	// crashCode says it died on its own.
+	gone     chan struct{}
+	goneOnce sync.Once
+	// crashCode is set (before gone is closed) to the sandbox error code
+	// when the sandbox died rather than being stopped.
+	crashCode atomic.Pointer[string]
+
+	// meter is the sandbox's metrics series and usage cursor (sampler.go).
+	meter meter
+
+	// homes holds each user's default exec directory as the agent's exec
+	// results named it (defaultCwd).
+	homesMu sync.Mutex
+	homes   map[string]string
+
+	// res is what the sandbox holds against its tenant's quota, read
+	// from its spec once (quota.go).
+	resOnce sync.Once
+	res     api.Resources
+}
+
+// New returns a Manager for cfg. Call Start before use.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Store == nil || cfg.Templates == nil {
+		return nil, errors.New("manager: store and templates are required")
+	}
+	if err := cfg.Settings.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.TickInterval <= 0 {
+		cfg.TickInterval = defaultTick
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = defaultSweep
+	}
+	if cfg.AgentDialTimeout <= 0 {
+		cfg.AgentDialTimeout = defaultDialTimeout
+	}
+	if cfg.CreateTimeout <= 0 {
+		cfg.CreateTimeout = defaultCreateTimeout
+	}
+	if cfg.ExecRetention <= 0 {
+		cfg.ExecRetention = defaultExecRetention
+	}
+	if cfg.SampleInterval <= 0 {
+		cfg.SampleInterval = cfg.Settings.SampleInterval()
+	}
+	if cfg.DefaultNetworkMode == "" {
+		cfg.DefaultNetworkMode = string(network.ModeNone)
+	}
+	switch network.Mode(cfg.DefaultNetworkMode) {
+	case network.ModeNone:
+	case network.ModeAllowlist, network.ModeOpen:
+		if cfg.Network == nil {
+			return nil, fmt.Errorf("manager: default network mode %s needs sandbox networking, which is not available", cfg.DefaultNetworkMode)
+		}
+	default:
+		return nil, fmt.Errorf("manager: default network mode %q is not none, allowlist or open", cfg.DefaultNetworkMode)
+	}
+	if cfg.SecretsKeyPath == "" {
+		cfg.SecretsKeyPath = filepath.Join(cfg.Settings.DataDir, "secrets.key")
+	}
+	s, err := loadSealer(cfg.SecretsKeyPath)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		preview:  previews{ports: map[string]map[int]bool{}, addr: cfg.Settings.PreviewListen},
+		cfg:      cfg,
+		settings: cfg.Settings,
+		store:    cfg.Store,
+		drivers:  map[string]driver.Driver{},
+		tmpl:     cfg.Templates,
+		sealer:   s,
+		log:      cfg.Logger.With("component", "manager"),
+		now:      cfg.Now,
+		health:   map[string]driver.Health{},
+		live:     map[string]*sandbox{},
+		shutdown: make(chan struct{}),
+		net:      cfg.Network,
+		audit:    cfg.Audit,
+		attr:     cfg.Attribution,
+		quotas:   newTenantQuotas(cfg.Now),
+	}
+	for _, d := range cfg.Drivers {
+		if _, dup := m.drivers[d.Name()]; dup {
+			return nil, fmt.Errorf("manager: driver %q registered twice", d.Name())
+		}
+		m.drivers[d.Name()] = d
+	}
+	if m.attr == nil {
+		m.attr = NewAttribution(AttributionConfig{Audit: cfg.Audit, Registries: cfg.Registries, Logger: cfg.Logger, Now: cfg.Now})
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	return m, nil
+}
+
+// Start probes the drivers, re-adopts the sandboxes an earlier daemon left
+// running (or marks them crashed and cleans them), and starts the TTL and
+// liveness loops. It returns once recovery is done.
+func (m *Manager) Start(ctx context.Context) error {
+	m.refreshHealth(ctx, true)
+	if err := m.recoverAll(ctx); err != nil {
+		return err
+	}
+	m.started = true
+	m.wg.Add(2)
+	go m.loop()
+	go m.sampleLoop()
+	return nil
+}
+
+// Close stops background work and releases agent connections. Sandboxes and
+// their running execs keep running: the next Manager re-adopts them. It
+// waits for in-flight background work.
+func (m *Manager) Close() error {
+	m.closed.Do(func() {
+		close(m.shutdown)
+		m.cancel()
+		m.mu.Lock()
+		live := make([]*sandbox, 0, len(m.live))
+		for _, sb := range m.live {
+			live = append(live, sb)
+		}
+		m.mu.Unlock()
+		for _, sb := range live {
+			sb.closeClient()
+		}
+		m.wg.Wait()
+	})
+	return nil
+}
+
+// isShutdown reports whether Close was called.
+func (m *Manager) isShutdown() bool {
+	select {
+	case <-m.shutdown:
+		return true
+	default:
+		return false
+	}
+}
+
+// go runs fn as tracked background work.
+func (m *Manager) goBackground(fn func()) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		fn()
+	}()
+}
+
+// loop enforces TTLs every tick, sweeps liveness and purges old records.
+func (m *Manager) loop() {
+	defer m.wg.Done()
+	tick := time.NewTicker(m.cfg.TickInterval)
+	defer tick.Stop()
+	sweep := time.NewTicker(m.cfg.SweepInterval)
+	defer sweep.Stop()
+	// Purging hourly is plenty for a retention counted in days.
+	purge := time.NewTicker(time.Hour)
+	defer purge.Stop()
+	m.purge()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-tick.C:
+			m.expire()
+		case <-sweep.C:
+			m.sweep()
+		case <-purge.C:
+			m.purge()
+		case <-m.attr.lostReady:
+			for _, l := range m.attr.takeLost() {
+				m.goBackground(func() { m.networkLost(l.id, l.err) })
+			}
+		}
+	}
+}
+
+// purge drops records older than the retention.
+func (m *Manager) purge() {
+	ctx, cancel := context.WithTimeout(m.ctx, time.Minute)
+	defer cancel()
+	n, err := m.store.Purge(ctx, m.now().Add(-m.settings.RecordRetention()))
+	if err != nil {
+		m.log.Warn("purging old records", "err", err)
+		return
+	}
+	if n > 0 {
+		m.log.Info("purged old sandbox records", "count", n)
+	}
+}
+
+// refreshHealth re-probes the drivers when force is set or the cache is
+// older than healthTTL.
+func (m *Manager) refreshHealth(ctx context.Context, force bool) map[string]driver.Health {
+	// healthTTL keeps /v1/info and /readyz cheap: a probe spawns processes.
+	const healthTTL = 30 * time.Second
+	m.healthMu.Lock()
+	defer m.healthMu.Unlock()
+	if force || m.now().Sub(m.probedAt) > healthTTL {
+		for name, d := range m.drivers {
+			h := d.Probe(ctx)
+			if old, ok := m.health[name]; !ok || old.State != h.State {
+				m.log.Info("driver health", "driver", name, "state", h.State, "description", h.Description)
+			}
+			m.health[name] = h
+		}
+		m.probedAt = m.now()
+	}
+	out := make(map[string]driver.Health, len(m.health))
+	for k, v := range m.health {
+		out[k] = v
+	}
+	return out
+}
+
+// Info describes the runtimes and limits (GET /v1/info).
+func (m *Manager) Info(ctx context.Context, version string) api.Info {
+	health := m.refreshHealth(ctx, false)
+	info := api.Info{Version: version, Limits: m.limits()}
+	for _, name := range knownRuntimes {
+		di := api.DriverInfo{Name: name, Health: string(driver.HealthUndetected), Default: name == m.settings.DefaultRuntime}
+		if d, ok := m.drivers[name]; ok {
+			h := health[name]
+			di.Health, di.Description = string(h.State), h.Description
+			di.Capabilities = mustJSON(d.Capabilities())
+		} else {
+			di.Description = "not available in this build or on this host"
+		}
+		info.Drivers = append(info.Drivers, di)
+	}
+	return info
+}
+
+func (m *Manager) limits() api.Limits {
+	s := m.settings
+	res := func(r config.Resources) api.Resources {
+		return api.Resources{CPU: r.CPU, MemoryMB: r.MemoryMB, DiskMB: r.DiskMB, PIDs: r.PIDs}
+	}
+	return api.Limits{
+		MaxSandboxes: s.MaxSandboxes, MaxSandboxesPerTenant: s.MaxSandboxesPerTenant,
+		DefaultTimeoutS: s.DefaultTimeoutS, MaxTimeoutS: s.MaxTimeoutS,
+		DefaultResources: res(s.DefaultResources), MaxResources: res(s.MaxResources),
+		MaxUploadBytes: s.MaxUploadBytes,
+	}
+}
+
+// Ready reports whether the manager can serve: store open, default runtime
+// healthy.
+func (m *Manager) Ready(ctx context.Context) error {
+	if err := m.store.Ping(ctx); err != nil {
+		return err
+	}
+	h := m.refreshHealth(ctx, false)
+	def, ok := h[m.settings.DefaultRuntime]
+	if !ok || def.State != driver.HealthHealthy {
+		return public(errUnavailable, "default runtime %s is not healthy", m.settings.DefaultRuntime)
+	}
+	return nil
+}
+
+// StateCounts returns how many live sandboxes are in each state (metrics).
+func (m *Manager) StateCounts() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int{}
+	for _, st := range liveStates {
+		out[st] = 0
+	}
+	for _, sb := range m.live {
+		sb.mu.Lock()
+		out[sb.rec.State]++
+		sb.mu.Unlock()
+	}
+	return out
+}
+
+// markGone closes the sandbox's gone channel once.
+func (sb *sandbox) markGone() {
+	sb.goneOnce.Do(func() { close(sb.gone) })
+}
+
+// goneCode is the sandbox error code it died with, "" if it was stopped.
+func (sb *sandbox) goneCode() string {
+	if c := sb.crashCode.Load(); c != nil {
+		return *c
+	}
+	return ""
+}
+
+// state returns the current observed state.
+func (sb *sandbox) state() string {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.rec.State
+}
+
+// snapshot returns a copy of the record.
+func (sb *sandbox) snapshot() store.Sandbox {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.rec
+}
+
+// setState moves the sandbox to state to, applying mutate to the record,
+// and persists it. An illegal move is a bug: it is logged loudly and
+// returned as an internal error, and nothing changes.
+func (sb *sandbox) setState(ctx context.Context, to string, mutate func(*store.Sandbox)) error {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.setStateLocked(ctx, to, mutate)
+}
+
+func (sb *sandbox) setStateLocked(ctx context.Context, to string, mutate func(*store.Sandbox)) error {
+	from := sb.rec.State
+	if from != to {
+		if err := checkTransition(from, to); err != nil {
+			sb.m.log.Error("BUG: illegal sandbox state transition", "sandbox_id", sb.id, "from", from, "to", to)
+			return err
+		}
+	}
+	rec := sb.rec
+	rec.State = to
+	if mutate != nil {
+		mutate(&rec)
+	}
+	if err := sb.m.store.UpdateSandbox(ctx, rec); err != nil {
+		return fmt.Errorf("saving sandbox %s state %s: %w", sb.id, to, err)
+	}
+	sb.rec = rec
+	if from != to {
+		sb.m.log.Debug("sandbox state", "sandbox_id", sb.id, "tenant", sb.tenant, "from", from, "to", to)
+	}
+	return nil
+}
+
+// update persists mutate without a state change.
+func (sb *sandbox) update(ctx context.Context, mutate func(*store.Sandbox)) error {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	rec := sb.rec
+	mutate(&rec)
+	if err := sb.m.store.UpdateSandbox(ctx, rec); err != nil {
+		return fmt.Errorf("saving sandbox %s: %w", sb.id, err)
+	}
+	sb.rec = rec
+	return nil
+}
+
+// cleanupCtx returns a context for teardown that a cancelled request cannot
+// cut short, bounded by cleanupTimeout.
+func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
+
+// SandboxCount is how many live sandboxes share a state, runtime and
+// template (name only, so label values stay few).
+type SandboxCount struct {
+	State, Runtime, Template string
+	N                        int
+}
+
+// SandboxCounts groups the live sandboxes by state, runtime and template
+// (metrics).
+func (m *Manager) SandboxCounts() []SandboxCount {
+	type key struct{ st, rt, tp string }
+	counts := map[key]int{}
+	for _, sb := range m.liveList() {
+		sb.mu.Lock()
+		counts[key{sb.rec.State, sb.rec.Runtime, sb.rec.Template}]++
+		sb.mu.Unlock()
+	}
+	out := make([]SandboxCount, 0, len(counts))
+	for k, n := range counts {
+		out = append(out, SandboxCount{State: k.st, Runtime: k.rt, Template: k.tp, N: n})
+	}
+	return out
+}
+
+// Capacity returns the host's sandbox capacity and how much of it is used.
+func (m *Manager) Capacity() (max, used int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.settings.MaxSandboxes, len(m.live)
+}
+
+// Settings returns the daemon's settings the manager runs with.
+func (m *Manager) Settings() config.Config { return m.settings }
