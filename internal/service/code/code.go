@@ -28,6 +28,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/lazyregexp"
+	"github.com/airlockhq/airlock/internal/redact"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
@@ -81,7 +82,7 @@ type Process interface {
 	Redact(s string) string
 	// TextStream returns a redactor for one of a cell's output streams,
 	// which masks a secret however its pieces come.
-	TextStream() *sandbox.TextStream
+	TextStream() *redact.TextStream
 }
 
 // Backend is what the service needs of the sandbox manager; ManagerBackend

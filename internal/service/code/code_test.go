@@ -20,6 +20,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/redact"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
@@ -96,8 +97,8 @@ func (b *localBackend) Start(ctx context.Context, p auth.Principal, id string, s
 func (lp *localProc) Events() io.Reader      { return lp.fifo }
 func (lp *localProc) Done() <-chan struct{}  { return lp.done }
 func (lp *localProc) Redact(s string) string { return strings.ReplaceAll(s, "s3cr3t", "*****") }
-func (lp *localProc) TextStream() *sandbox.TextStream {
-	return sandbox.NewTextStream(map[string]string{"S": "s3cr3t"})
+func (lp *localProc) TextStream() *redact.TextStream {
+	return redact.NewTextStream(map[string]string{"S": "s3cr3t"})
 }
 func (lp *localProc) Send(ctx context.Context, p []byte) error {
 	_, err := lp.stdin.Write(p)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/redact"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
@@ -317,7 +318,7 @@ func (k *kctx) run(ctx context.Context, p auth.Principal, c cell, timeout time.D
 	// a secret printed in pieces, or slowly, is masked too: a piece that
 	// could start a secret waits for the next one, at most RedactHold,
 	// then goes out masked (manager.TextStream).
-	streams := map[string]*sandbox.TextStream{}
+	streams := map[string]*redact.TextStream{}
 	var hold *time.Timer
 	var holdC <-chan time.Time
 	defer func() {
@@ -335,7 +336,7 @@ func (k *kctx) run(ctx context.Context, p auth.Principal, c cell, timeout time.D
 			send(api.CodeEvent{Type: typ, Text: out})
 		}
 		if ts.Pending() && holdC == nil {
-			hold = time.NewTimer(sandbox.RedactHold)
+			hold = time.NewTimer(redact.Hold)
 			holdC = hold.C
 		}
 	}

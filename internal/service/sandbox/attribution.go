@@ -11,6 +11,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/pkgcache"
+	"github.com/airlockhq/airlock/internal/redact"
 )
 
 // ownerRetention is how long a sandbox's tenant, template and secrets'
@@ -81,7 +82,7 @@ func NewAttribution(cfg AttributionConfig) *Attribution {
 type owner struct {
 	tenant   string
 	template string
-	red      *redactor
+	red      *redact.Redactor
 	// managed is set for a sandbox of the manager (not a build's).
 	managed bool
 	// gone is when the sandbox stopped being live (zero while it is, or
@@ -90,10 +91,7 @@ type owner struct {
 }
 
 func (o owner) redact() audit.Redactor {
-	if o.red.empty() {
-		return nil
-	}
-	return o.red.redactString
+	return o.red.Func()
 }
 
 // lostNetwork is a network the backend reported lost.

@@ -17,10 +17,7 @@ const auditFlushTimeout = 2 * time.Second
 
 // redact is the sandbox's secrets' redactor for audit details.
 func (sb *sandbox) redact() audit.Redactor {
-	if sb.red.empty() {
-		return nil
-	}
-	return sb.red.redactString
+	return sb.red.Func()
 }
 
 // recordEvent queues an event of sandbox sb, tagged with the request of ctx.

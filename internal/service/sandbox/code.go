@@ -19,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/lazyregexp"
+	"github.com/airlockhq/airlock/internal/redact"
 )
 
 // Code-interpreter processes (see internal/service/code). A context's kernel is
@@ -117,7 +118,7 @@ func (m *Manager) StartCodeProcess(ctx context.Context, p auth.Principal, id str
 		if errdefs.IsInvalidArgument(err) && errors.As(err, &refused) {
 			// A cwd that is not a directory (or a template USER the
 			// sandbox lacks): the request's to change, not a kernel fault.
-			return nil, public(errInvalid, "%s", sb.red.redactString(agentText(refused.Message, 200)))
+			return nil, public(errInvalid, "%s", sb.red.Redact(agentText(refused.Message, 200)))
 		}
 		return nil, fmt.Errorf("starting code process: %w", err)
 	}
@@ -200,7 +201,7 @@ func (cp *CodeProcess) follow(st *agentclient.Stream, ready chan<- error) {
 		}
 	}
 	if !readySent {
-		ready <- kernelStartError(exit, errOut.String(), cp.sb.red.redactString)
+		ready <- kernelStartError(exit, errOut.String(), cp.sb.red.Redact)
 	}
 }
 
@@ -286,16 +287,16 @@ func (cp *CodeProcess) Close(ctx context.Context) {
 
 // Redact masks the sandbox's secret values in s (as exec output is).
 func (cp *CodeProcess) Redact(s string) string {
-	if cp.sb.red.empty() {
+	if cp.sb.red.Empty() {
 		return s
 	}
-	return cp.sb.red.redactString(s)
+	return cp.sb.red.Redact(s)
 }
 
 // TextStream returns a redactor of one ordered text stream of the
 // kernel's (a cell's stdout or stderr): a secret is masked in it however
 // its pieces are spread over events and time.
-func (cp *CodeProcess) TextStream() *TextStream { return &TextStream{r: cp.sb.red} }
+func (cp *CodeProcess) TextStream() *redact.TextStream { return cp.sb.red.TextStream() }
 
 // closingReader releases its stream when a read ends it, in the reading
 // goroutine: a download stream may not be closed while another goroutine
@@ -372,7 +373,7 @@ func (m *Manager) AuditCode(ctx context.Context, p auth.Principal, id string, d 
 	}
 	d.CodeBytes = len(d.Code)
 	// Mask before cutting: a cut could split a secret past recognition.
-	d.Code = sb.red.redactString(d.Code)
+	d.Code = sb.red.Redact(d.Code)
 	if len(d.Code) > codeAuditMax {
 		cut := codeAuditMax
 		for cut > 0 && !utf8.RuneStart(d.Code[cut]) {

@@ -21,6 +21,7 @@ import (
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/lazyregexp"
+	"github.com/airlockhq/airlock/internal/redact"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -174,7 +175,7 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	}
 	sb := &sandbox{
 		id: id, tenant: p.Tenant, drv: drv, m: m, rec: rec, ready: make(chan struct{}),
-		secrets: envSecrets(sp, req.Secrets), env: sp.Env, red: newRedactor(req.Secrets),
+		secrets: envSecrets(sp, req.Secrets), env: sp.Env, red: redact.New(req.Secrets),
 		execs: map[string]*execTracker{}, gone: make(chan struct{}),
 	}
 	sb.setExecDefaults(sp)

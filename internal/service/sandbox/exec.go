@@ -20,6 +20,7 @@ import (
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/lazyregexp"
+	"github.com/airlockhq/airlock/internal/redact"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -206,11 +207,11 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 	if req.Cmd != nil {
 		rec.Argv = make([]string, len(req.Cmd))
 		for i, a := range req.Cmd {
-			rec.Argv[i] = sb.red.redactString(a)
+			rec.Argv[i] = sb.red.Redact(a)
 		}
 	}
 	if req.Shell != nil {
-		masked := sb.red.redactString(*req.Shell)
+		masked := sb.red.Redact(*req.Shell)
 		rec.Shell = &masked
 	}
 	t := newTracker(m, sb, rec, time.Duration(areq.TimeoutMS)*time.Millisecond)
@@ -253,7 +254,7 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 		// not a directory): the caller's mistake, 400. The record says
 		// the exec never ran.
 		cancel()
-		msg := sb.red.redactString(agentText(refused.Message, 200))
+		msg := sb.red.Redact(agentText(refused.Message, 200))
 		end := m.now().UTC()
 		rec.Status, rec.EndedAt, rec.Error, rec.ErrorCode = api.ExecError, &end, msg, api.ExecCodeExecFailed
 		if ferr := m.finishExec(context.WithoutCancel(ctx), sb, rec, nil); ferr != nil {
@@ -346,13 +347,13 @@ func (t *execTracker) setOutputCap(n int64) {
 }
 
 // emit appends redacted output.
-func (t *execTracker) emit(cs []chunk) {
+func (t *execTracker) emit(cs []redact.Chunk) {
 	if len(cs) == 0 {
 		return
 	}
 	t.mu.Lock()
 	for _, c := range cs {
-		t.out.Add(c.stream, c.off, c.data)
+		t.out.Add(c.Stream, c.Off, c.Data)
 	}
 	close(t.notify)
 	t.notify = make(chan struct{})
@@ -364,9 +365,9 @@ func (t *execTracker) emit(cs []chunk) {
 // becoming part of a secret are given back in the events, which the record
 // and every later reader get: the record is the whole output masked as
 // one text.
-func (t *execTracker) settle(red *streamRedactor) {
-	t.emit(red.end())
-	fix := red.restore()
+func (t *execTracker) settle(red *redact.Stream) {
+	t.emit(red.End())
+	fix := red.Restore()
 	t.mu.Lock()
 	t.out.Rewrite(fix)
 	t.mu.Unlock()
@@ -400,7 +401,7 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 	}
 	read(st)
 
-	red := &streamRedactor{r: sb.red}
+	red := redact.NewStream(sb.red)
 	flush := time.NewTimer(time.Hour)
 	flush.Stop()
 	defer flush.Stop()
@@ -419,7 +420,7 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 			if it.err != nil {
 				// The stream goes on after a re-attach: what is held
 				// goes out as a timed-out hold does.
-				t.emit(red.expire())
+				t.emit(red.Expire())
 				armed = false
 				flush.Stop()
 				if m.isShutdown() {
@@ -501,15 +502,15 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 				t.nextOff = end
 			}
 			t.mu.Unlock()
-			t.emit(red.push(chunk{stream: it.ev.Stream, off: it.ev.Offset, data: it.ev.Data}))
+			t.emit(red.Push(redact.Chunk{Stream: it.ev.Stream, Off: it.ev.Offset, Data: it.ev.Data}))
 			// Arm the hold's timer once per hold, not on every chunk:
 			// output that keeps coming must not postpone it forever.
-			switch pending := red.pending(); {
+			switch pending := red.Pending(); {
 			case !pending && armed:
 				flush.Stop()
 				armed = false
 			case pending && !armed:
-				flush.Reset(RedactHold)
+				flush.Reset(redact.Hold)
 				armed = true
 			}
 		case <-flush.C:
@@ -517,7 +518,7 @@ func (t *execTracker) run(ctx context.Context, cancel context.CancelFunc, st *ag
 			// masked, and the redactor still masks the rest of a secret
 			// when it comes (see streamState).
 			armed = false
-			t.emit(red.expire())
+			t.emit(red.Expire())
 		case <-backstop:
 			if sb.state() == api.StatePaused {
 				// A frozen sandbox's exec cannot end; look again later.
@@ -656,7 +657,7 @@ func (t *execTracker) finish(res agentproto.ExecResult, code string) {
 	}
 	end = end.UTC()
 	rec.EndedAt = &end
-	rec.Error = sb.red.redactString(agentText(res.Error, 500))
+	rec.Error = sb.red.Redact(agentText(res.Error, 500))
 	rec.ErrorCode = code
 	events := encodeEvents(piecesToChunks(t.out.Pieces()))
 	// The result becomes visible at once with done, so that whoever sees
@@ -867,7 +868,7 @@ func (m *Manager) findExec(ctx context.Context, p auth.Principal, id, eid string
 	// Stored output was capped when it was kept: hold all of it.
 	t.out = agentproto.NewOutputLog(0)
 	for _, c := range events {
-		t.out.Add(c.stream, c.off, c.data)
+		t.out.Add(c.Stream, c.Off, c.Data)
 	}
 	v := buildResult(rec, nil, false)
 	t.result = &v
@@ -1009,10 +1010,10 @@ func (m *Manager) Resize(ctx context.Context, p auth.Principal, id, eid string, 
 	return sb.withAgent(ctx, func(c *agentclient.Client) error { return c.Resize(ctx, t.id, cols, rows) })
 }
 
-func piecesToChunks(ps []agentproto.OutputPiece) []chunk {
-	out := make([]chunk, len(ps))
+func piecesToChunks(ps []agentproto.OutputPiece) []redact.Chunk {
+	out := make([]redact.Chunk, len(ps))
 	for i, p := range ps {
-		out[i] = chunk{stream: p.Stream, off: p.Off, data: p.Data}
+		out[i] = redact.Chunk{Stream: p.Stream, Off: p.Off, Data: p.Data}
 	}
 	return out
 }
@@ -1077,23 +1078,23 @@ var streamNames = map[byte]string{1: agentproto.StreamStdout, 2: agentproto.Stre
 
 // encodeEvents serialises events for the store: per event a stream byte, a
 // uvarint offset, a uvarint length and the bytes.
-func encodeEvents(events []chunk) []byte {
+func encodeEvents(events []redact.Chunk) []byte {
 	n := 0
 	for _, c := range events {
-		n += 1 + 2*binary.MaxVarintLen64 + len(c.data)
+		n += 1 + 2*binary.MaxVarintLen64 + len(c.Data)
 	}
 	out := make([]byte, 0, n)
 	for _, c := range events {
-		out = append(out, streamIDs[c.stream])
-		out = binary.AppendUvarint(out, uint64(c.off))
-		out = binary.AppendUvarint(out, uint64(len(c.data)))
-		out = append(out, c.data...)
+		out = append(out, streamIDs[c.Stream])
+		out = binary.AppendUvarint(out, uint64(c.Off))
+		out = binary.AppendUvarint(out, uint64(len(c.Data)))
+		out = append(out, c.Data...)
 	}
 	return out
 }
 
-func decodeEvents(b []byte) ([]chunk, error) {
-	var out []chunk
+func decodeEvents(b []byte) ([]redact.Chunk, error) {
+	var out []redact.Chunk
 	for len(b) > 0 {
 		name, ok := streamNames[b[0]]
 		if !ok {
@@ -1110,7 +1111,7 @@ func decodeEvents(b []byte) ([]chunk, error) {
 			return nil, errors.New("bad length")
 		}
 		b = b[k:]
-		out = append(out, chunk{stream: name, off: int64(off), data: b[:l:l]})
+		out = append(out, redact.Chunk{Stream: name, Off: int64(off), Data: b[:l:l]})
 		b = b[l:]
 	}
 	return out, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/airlockhq/airlock/internal/agentclient"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/redact"
 )
 
 // maxPathLen is PATH_MAX: longer paths cannot name a file anyway.
@@ -249,7 +250,7 @@ func (m *Manager) ReadFile(ctx context.Context, p auth.Principal, id, pth, user 
 		return err
 	})
 	if rc != nil {
-		rc = newRedactingReader(sb.red, rc)
+		rc = redact.NewReader(sb.red, rc)
 	}
 	return rc, fi, err
 }

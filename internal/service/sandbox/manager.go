@@ -29,6 +29,7 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/network"
+	"github.com/airlockhq/airlock/internal/redact"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -207,7 +208,7 @@ type sandbox struct {
 
 	secrets map[string]string
 	env     map[string]string
-	red     *redactor
+	red     *redact.Redactor
 	// tmplUser and tmplWorkdir are the template's USER and WORKDIR, the
 	// defaults of execs (execDefaults); "" when it set none.
 	tmplUser, tmplWorkdir string

@@ -11,6 +11,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/redact"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -72,7 +73,7 @@ func (m *Manager) recoverOne(ctx context.Context, rec store.Sandbox) {
 	close(ready)
 	sb := &sandbox{
 		id: rec.ID, tenant: rec.Tenant, drv: drv, m: m, rec: rec, ready: ready,
-		secrets: envSecrets(sp, secrets), env: sp.Env, red: newRedactor(secrets),
+		secrets: envSecrets(sp, secrets), env: sp.Env, red: redact.New(secrets),
 		execs: map[string]*execTracker{}, gone: make(chan struct{}),
 	}
 	sb.setExecDefaults(sp)

@@ -359,5 +359,5 @@ func (m *Manager) readyCheck(ctx context.Context, sb *sandbox, cfg template.Conf
 		}
 		out = append(out, ev.Data...)
 	}
-	return res.Status == agentproto.StatusExited && res.ExitCode == 0, sb.red.redactString(string(out)), nil
+	return res.Status == agentproto.StatusExited && res.ExitCode == 0, sb.red.Redact(string(out)), nil
 }

@@ -1,9 +1,10 @@
-package sandbox
+package redact
 
 import (
 	"bytes"
 	"encoding/base64"
 	"math/rand/v2"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -12,61 +13,61 @@ import (
 
 func TestStreamRedactorSplitSecret(t *testing.T) {
 	secret := "TOPSECRETVALUE"
-	s := &streamRedactor{r: newRedactor(map[string]string{"S": secret})}
-	var out []chunk
-	out = append(out, s.push(chunk{stream: "stdout", off: 0, data: []byte("key: TOPSEC")})...)
-	if !s.pending() || len(s.st["stdout"].held) != len("TOPSEC") {
+	s := &Stream{r: New(map[string]string{"S": secret})}
+	var out []Chunk
+	out = append(out, s.Push(Chunk{Stream: "stdout", Off: 0, Data: []byte("key: TOPSEC")})...)
+	if !s.Pending() || len(s.st["stdout"].held) != len("TOPSEC") {
 		t.Fatalf("held back %q, want %q", s.st["stdout"].held, "TOPSEC")
 	}
-	out = append(out, s.push(chunk{stream: "stdout", off: 11, data: []byte("RETVALUE done\n")})...)
-	out = append(out, s.end()...)
+	out = append(out, s.Push(Chunk{Stream: "stdout", Off: 11, Data: []byte("RETVALUE done\n")})...)
+	out = append(out, s.End()...)
 	var got bytes.Buffer
 	next := int64(0)
 	for _, c := range out {
-		if c.off != next {
-			t.Fatalf("chunk at %d, want contiguous %d", c.off, next)
+		if c.Off != next {
+			t.Fatalf("chunk at %d, want contiguous %d", c.Off, next)
 		}
-		next += int64(len(c.data))
-		got.Write(c.data)
+		next += int64(len(c.Data))
+		got.Write(c.Data)
 	}
 	if want := "key: " + strings.Repeat("*", len(secret)) + " done\n"; got.String() != want {
 		t.Fatalf("got %q, want %q", got.String(), want)
 	}
 	// A secret split across two writes of stdout with stderr output in
 	// between is still masked, and chunks stay in offset order.
-	s = &streamRedactor{r: newRedactor(map[string]string{"S": secret})}
+	s = &Stream{r: New(map[string]string{"S": secret})}
 	out = nil
-	out = append(out, s.push(chunk{stream: "stdout", off: 0, data: []byte("a TOPSEC")})...)
-	out = append(out, s.push(chunk{stream: "stderr", off: 8, data: []byte("warn\n")})...)
-	if len(out) != 1 || string(out[0].data) != "a " {
+	out = append(out, s.Push(Chunk{Stream: "stdout", Off: 0, Data: []byte("a TOPSEC")})...)
+	out = append(out, s.Push(Chunk{Stream: "stderr", Off: 8, Data: []byte("warn\n")})...)
+	if len(out) != 1 || string(out[0].Data) != "a " {
 		t.Fatalf("before the continuation: %v", out)
 	}
-	out = append(out, s.push(chunk{stream: "stdout", off: 13, data: []byte("RETVALUE!")})...)
-	out = append(out, s.end()...)
+	out = append(out, s.Push(Chunk{Stream: "stdout", Off: 13, Data: []byte("RETVALUE!")})...)
+	out = append(out, s.End()...)
 	next = 0
 	texts := map[string]string{}
 	for _, c := range out {
-		if c.off != next {
-			t.Fatalf("chunk at %d, want %d: %v", c.off, next, out)
+		if c.Off != next {
+			t.Fatalf("chunk at %d, want %d: %v", c.Off, next, out)
 		}
-		next += int64(len(c.data))
-		texts[c.stream] += string(c.data)
+		next += int64(len(c.Data))
+		texts[c.Stream] += string(c.Data)
 	}
 	if texts["stdout"] != "a "+strings.Repeat("*", len(secret))+"!" || texts["stderr"] != "warn\n" {
 		t.Fatalf("interleaved split secret: %q", texts)
 	}
 	// A held tail whose continuation never comes: a timed-out hold sends
 	// it masked, the end of the output as it is.
-	s = &streamRedactor{r: newRedactor(map[string]string{"S": secret})}
-	if got := s.push(chunk{stream: "stdout", off: 0, data: []byte("TOP")}); len(got) != 0 || !s.pending() {
-		t.Fatalf("held %v, pending %v", got, s.pending())
+	s = &Stream{r: New(map[string]string{"S": secret})}
+	if got := s.Push(Chunk{Stream: "stdout", Off: 0, Data: []byte("TOP")}); len(got) != 0 || !s.Pending() {
+		t.Fatalf("held %v, pending %v", got, s.Pending())
 	}
-	if got := s.expire(); len(got) != 1 || string(got[0].data) != "***" || s.pending() {
+	if got := s.Expire(); len(got) != 1 || string(got[0].Data) != "***" || s.Pending() {
 		t.Fatalf("expire: %v", got)
 	}
-	s = &streamRedactor{r: newRedactor(map[string]string{"S": secret})}
-	s.push(chunk{stream: "stdout", off: 0, data: []byte("TOP")})
-	if got := s.end(); len(got) != 1 || string(got[0].data) != "TOP" || s.pending() {
+	s = &Stream{r: New(map[string]string{"S": secret})}
+	s.Push(Chunk{Stream: "stdout", Off: 0, Data: []byte("TOP")})
+	if got := s.End(); len(got) != 1 || string(got[0].Data) != "TOP" || s.Pending() {
 		t.Fatalf("end: %v", got)
 	}
 }
@@ -87,37 +88,37 @@ func slowly(stream, s string, pause time.Duration) []piece {
 	return out
 }
 
-// follow feeds pieces to a streamRedactor as the exec tracker's run loop
-// does: a pause of RedactHold or more after output was held lets the hold's
+// follow feeds pieces to a Stream as the exec tracker's run loop
+// does: a pause of Hold or more after output was held lets the hold's
 // timer fire first. It returns each stream's text as a live reader saw it
 // and as the record keeps it (settle), checking offsets on the way.
-func follow(t *testing.T, r *redactor, pieces []piece) (live, record map[string]string) {
+func follow(t *testing.T, r *Redactor, pieces []piece) (live, record map[string]string) {
 	t.Helper()
-	s := &streamRedactor{r: r}
-	var events []chunk
+	s := &Stream{r: r}
+	var events []Chunk
 	off := int64(0)
-	emit := func(cs []chunk) {
+	emit := func(cs []Chunk) {
 		for _, c := range cs {
-			if n := len(events); n > 0 && events[n-1].off+int64(len(events[n-1].data)) != c.off {
-				t.Fatalf("chunk at %d after %d+%d", c.off, events[n-1].off, len(events[n-1].data))
+			if n := len(events); n > 0 && events[n-1].Off+int64(len(events[n-1].Data)) != c.Off {
+				t.Fatalf("chunk at %d after %d+%d", c.Off, events[n-1].Off, len(events[n-1].Data))
 			}
 			events = append(events, c)
 		}
 	}
 	for _, p := range pieces {
-		if p.pause >= RedactHold && s.pending() {
-			emit(s.expire())
+		if p.pause >= Hold && s.Pending() {
+			emit(s.Expire())
 		}
-		emit(s.push(chunk{stream: p.stream, off: off, data: []byte(p.data)}))
+		emit(s.Push(Chunk{Stream: p.stream, Off: off, Data: []byte(p.data)}))
 		off += int64(len(p.data))
 	}
-	emit(s.end())
+	emit(s.End())
 	live, record = map[string]string{}, map[string]string{}
 	for _, c := range events {
-		live[c.stream] += string(c.data)
+		live[c.Stream] += string(c.Data)
 	}
-	for _, c := range s.settle(events) {
-		record[c.stream] += string(c.data)
+	for _, c := range s.Settle(events) {
+		record[c.Stream] += string(c.Data)
 	}
 	return live, record
 }
@@ -129,7 +130,7 @@ func follow(t *testing.T, r *redactor, pieces []piece) (live, record map[string]
 // the secret was then not recognised.
 func TestStreamRedactorTimings(t *testing.T) {
 	const secret = "hunter2-Secret!"
-	r := newRedactor(map[string]string{"S": secret})
+	r := New(map[string]string{"S": secret})
 	b64 := base64.StdEncoding.EncodeToString([]byte(secret))
 	stars := func(s string) string { return strings.Repeat("*", len(s)) }
 	interleaved := func() []piece {
@@ -202,7 +203,7 @@ func TestStreamRedactorRandomTimings(t *testing.T) {
 			}
 			secrets[string(rune('A'+i))] = sb.String()
 		}
-		r := newRedactor(secrets)
+		r := New(secrets)
 		var vals []string
 		for _, v := range secrets {
 			vals = append(vals, v)
@@ -220,7 +221,7 @@ func TestStreamRedactorRandomTimings(t *testing.T) {
 			// Cut it into pieces with random pauses.
 			for len(d) > 0 {
 				n := 1 + rng.IntN(len(d))
-				pause := []time.Duration{0, time.Millisecond, RedactHold, time.Second}[rng.IntN(4)]
+				pause := []time.Duration{0, time.Millisecond, Hold, time.Second}[rng.IntN(4)]
 				pieces = append(pieces, piece{pause, stream, d[:n]})
 				texts[stream].WriteString(d[:n])
 				d = d[n:]
@@ -228,7 +229,7 @@ func TestStreamRedactorRandomTimings(t *testing.T) {
 		}
 		live, record := follow(t, r, pieces)
 		for stream, b := range texts {
-			whole := r.redactString(b.String())
+			whole := r.Redact(b.String())
 			if record[stream] != whole {
 				t.Fatalf("round %d, secrets %q: %s record %q, want %q (pieces %+v)", round, secrets, stream, record[stream], whole, pieces)
 			}
@@ -256,7 +257,7 @@ func TestRedactorScan(t *testing.T) {
 			}
 			secrets[string(rune('A'+i))] = string(b)
 		}
-		r := newRedactor(secrets)
+		r := New(secrets)
 		text := make([]byte, rng.IntN(20))
 		for j := range text {
 			text[j] = "abc"[rng.IntN(3)]
@@ -293,13 +294,13 @@ func TestRedactorScan(t *testing.T) {
 // TestRedactorOverlappingSecrets: an occurrence of one secret inside or
 // across another's is masked whole, whichever is found first.
 func TestRedactorOverlappingSecrets(t *testing.T) {
-	r := newRedactor(map[string]string{"A": "abcd", "B": "cdef"})
-	if got := r.redactString("xabcdefx"); got != "x******x" {
+	r := New(map[string]string{"A": "abcd", "B": "cdef"})
+	if got := r.Redact("xabcdefx"); got != "x******x" {
 		t.Fatalf("got %q", got)
 	}
 	// One secret is the start of another: the longer one is masked whole
 	// in a stream too.
-	r = newRedactor(map[string]string{"A": "tok", "B": "tokenvalue"})
+	r = New(map[string]string{"A": "tok", "B": "tokenvalue"})
 	live, record := follow(t, r, slowly("stdout", "tokenvalue!", time.Second))
 	if live["stdout"] != "**********!" || record["stdout"] != "**********!" {
 		t.Fatalf("live %q record %q", live, record)
@@ -331,5 +332,48 @@ func TestTextStream(t *testing.T) {
 	}
 	if got := NewTextStream(nil).Push("x"); got != "x" {
 		t.Fatalf("no secrets: %q", got)
+	}
+}
+
+func TestRedactorForms(t *testing.T) {
+	secret := "hunter2-Secret!"
+	r := New(map[string]string{"A": secret, "EMPTY": ""})
+	mask := func(s string) string { return r.Redact(s) }
+	tests := []struct {
+		name, in string
+	}{
+		{"exact", "key=" + secret + ";"},
+		{"base64", base64.StdEncoding.EncodeToString([]byte(secret))},
+		{"base64-raw", base64.RawStdEncoding.EncodeToString([]byte(secret))},
+		{"base64-url", base64.URLEncoding.EncodeToString([]byte(secret))},
+		{"base64-offset-1", base64.StdEncoding.EncodeToString([]byte("x" + secret + "y"))},
+		{"base64-offset-2", base64.StdEncoding.EncodeToString([]byte("xy" + secret + "z"))},
+		{"query-escaped", "q=" + url.QueryEscape(secret)},
+		{"path-escaped", "/p/" + url.PathEscape(secret)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := mask(tt.in)
+			if len(got) != len(tt.in) {
+				t.Fatalf("masking changed the length: %q → %q", tt.in, got)
+			}
+			if !strings.Contains(got, "*****") {
+				t.Fatalf("%q not masked: %q", tt.in, got)
+			}
+			// No 8-character run of a secret form survives.
+			for _, form := range []string{secret, base64.StdEncoding.EncodeToString([]byte(secret))} {
+				for i := 0; i+8 <= len(form); i++ {
+					if strings.Contains(got, form[i:i+8]) && strings.Contains(tt.in, form) {
+						t.Fatalf("fragment %q of %q survives in %q", form[i:i+8], form, got)
+					}
+				}
+			}
+		})
+	}
+	if got := mask("nothing to see"); got != "nothing to see" {
+		t.Fatalf("clean text changed: %q", got)
+	}
+	if !New(nil).Empty() || New(map[string]string{"E": ""}).maxLen != 0 {
+		t.Fatal("empty secrets must give an empty redactor")
 	}
 }

@@ -1,4 +1,4 @@
-package sandbox
+package redact
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 
 func TestRedactingReader(t *testing.T) {
 	const secret = "s3cr3t-VALUE-42"
-	r := newRedactor(map[string]string{"TOKEN": secret})
+	r := New(map[string]string{"TOKEN": secret})
 	stars := strings.Repeat("*", len(secret))
 	b64 := base64.StdEncoding.EncodeToString([]byte(secret))
 	tests := []struct {
@@ -30,7 +30,7 @@ func TestRedactingReader(t *testing.T) {
 			if tc.oneByte {
 				src = iotest.OneByteReader(src)
 			}
-			got, err := io.ReadAll(newRedactingReader(r, io.NopCloser(src)))
+			got, err := io.ReadAll(NewReader(r, io.NopCloser(src)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -43,7 +43,7 @@ func TestRedactingReader(t *testing.T) {
 
 func TestRedactingReaderWithoutSecretsIsTheSource(t *testing.T) {
 	src := io.NopCloser(bytes.NewReader([]byte("x")))
-	if got := newRedactingReader(newRedactor(nil), src); got != src {
+	if got := NewReader(New(nil), src); got != src {
 		t.Fatalf("want the source itself when there is nothing to redact, got %T", got)
 	}
 }

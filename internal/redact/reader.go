@@ -1,15 +1,15 @@
-package sandbox
+package redact
 
 import "io"
 
-// redactingReader masks the sandbox's secrets in a file download, as exec
+// reader masks the sandbox's secrets in a file download, as exec
 // output is masked: a file the sandbox wrote (or /run/secrets itself) must
 // not carry a secret out through the files API. Masking keeps lengths, so
 // a size already announced stays true. Bytes that could be the start of a
 // secret continuing in the next read are held back until it is known (a
 // read blocks, so no hold ever times out here).
-type redactingReader struct {
-	r   *redactor
+type reader struct {
+	r   *Redactor
 	src io.ReadCloser
 	st  streamState
 	buf []byte // read buffer
@@ -17,15 +17,15 @@ type redactingReader struct {
 	err error
 }
 
-// newRedactingReader wraps rc; with no secrets it returns rc itself.
-func newRedactingReader(r *redactor, rc io.ReadCloser) io.ReadCloser {
-	if r.empty() {
+// NewReader wraps rc; with no secrets it returns rc itself.
+func NewReader(r *Redactor, rc io.ReadCloser) io.ReadCloser {
+	if r.Empty() {
 		return rc
 	}
-	return &redactingReader{r: r, src: rc}
+	return &reader{r: r, src: rc}
 }
 
-func (rr *redactingReader) Read(p []byte) (int, error) {
+func (rr *reader) Read(p []byte) (int, error) {
 	for len(rr.out) == 0 {
 		if rr.err != nil {
 			if len(rr.st.held) == 0 {
@@ -52,4 +52,4 @@ func (rr *redactingReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (rr *redactingReader) Close() error { return rr.src.Close() }
+func (rr *reader) Close() error { return rr.src.Close() }

@@ -1,4 +1,9 @@
-package sandbox
+// Package redact masks a sandbox's secret values in what leaves the sandbox: exec output (in order, with
+// holds for a secret split over writes), code cells' text streams, file downloads and audit details.
+//
+// Masking keeps the length of what it masks, so that output offsets (which clients use to re-attach) stay
+// those of the agent's log.
+package redact
 
 import (
 	"bytes"
@@ -11,16 +16,16 @@ import (
 	"unicode/utf8"
 )
 
-// RedactHold is how long output that could be the start of a secret is held
+// Hold is how long output that could be the start of a secret is held
 // back waiting for the rest. A secret written in one write(2) arrives in one
 // piece, a split one usually within microseconds; a pause after a possible
 // start is an interactive prompt, a keystroke's echo or a secret printed
 // slowly. When the hold ends the held bytes go out masked ('*'), so its
 // length only trades latency for fewer masked lookalikes: it is short, for
 // terminals.
-const RedactHold = 20 * time.Millisecond
+const Hold = 20 * time.Millisecond
 
-// redactor masks secret values in exec output: each occurrence of a secret,
+// Redactor masks secret values in exec output: each occurrence of a secret,
 // its base64 forms (standard and URL alphabets, at each of the three byte
 // alignments it can have inside a longer base64 text) and its URL-encoded
 // forms is replaced by as many '*' as it has bytes.
@@ -28,7 +33,7 @@ const RedactHold = 20 * time.Millisecond
 // Masking keeps the length so that output offsets (which clients use to
 // re-attach) stay those of the agent's log. The cost is that a secret's
 // length shows; its content does not.
-type redactor struct {
+type Redactor struct {
 	patterns [][]byte  // longest first, deduplicated
 	prefix   [][]int32 // each pattern's prefix function (KMP), for holds
 	maxLen   int
@@ -38,7 +43,8 @@ type redactor struct {
 // fragments would mask ordinary text and tell nothing about the secret.
 const minEncodedLen = 4
 
-func newRedactor(secrets map[string]string) *redactor {
+// New returns a Redactor of the values of secrets (empty ones are ignored).
+func New(secrets map[string]string) *Redactor {
 	seen := map[string]bool{}
 	var pats [][]byte
 	add := func(p string, derived bool) {
@@ -65,7 +71,7 @@ func newRedactor(secrets map[string]string) *redactor {
 		add(url.PathEscape(v), true)
 	}
 	sort.Slice(pats, func(i, j int) bool { return len(pats[i]) > len(pats[j]) })
-	r := &redactor{patterns: pats}
+	r := &Redactor{patterns: pats}
 	for _, p := range pats {
 		r.maxLen = max(r.maxLen, len(p))
 		r.prefix = append(r.prefix, prefixFunction(p))
@@ -117,15 +123,27 @@ func toURLAlphabet(s string) string {
 	return string(b)
 }
 
-// empty reports whether there is nothing to redact.
-func (r *redactor) empty() bool { return r == nil || len(r.patterns) == 0 }
+// Empty reports whether there is nothing to redact.
+func (r *Redactor) Empty() bool { return r == nil || len(r.patterns) == 0 }
+
+// Func is r as a function for the audit writer (audit.Redactor), nil when
+// there is nothing to mask.
+func (r *Redactor) Func() func(string) string {
+	if r.Empty() {
+		return nil
+	}
+	return r.Redact
+}
+
+// TextStream returns a TextStream masking r's secrets.
+func (r *Redactor) TextStream() *TextStream { return &TextStream{r: r} }
 
 // scan marks in cov (as long as text) every byte of text that lies inside
 // an occurrence of a pattern, overlapping occurrences included. With
 // withHold it also returns the length of the longest suffix of text that is
 // a proper prefix of a pattern: bytes that could be the start of a secret
 // continuing after text.
-func (r *redactor) scan(text []byte, cov []bool, withHold bool) (hold int) {
+func (r *Redactor) scan(text []byte, cov []bool, withHold bool) (hold int) {
 	for n, p := range r.patterns {
 		until := 0 // cov is already set below this index for p
 		for i := 0; i+len(p) <= len(text); {
@@ -168,8 +186,8 @@ func (r *redactor) scan(text []byte, cov []bool, withHold bool) (hold int) {
 
 // mask replaces, in place, every byte of b inside an occurrence of a
 // pattern.
-func (r *redactor) mask(b []byte) {
-	if r.empty() {
+func (r *Redactor) mask(b []byte) {
+	if r.Empty() {
 		return
 	}
 	cov := make([]bool, len(b))
@@ -181,9 +199,9 @@ func (r *redactor) mask(b []byte) {
 	}
 }
 
-// redactString masks s.
-func (r *redactor) redactString(s string) string {
-	if r.empty() {
+// Redact masks s.
+func (r *Redactor) Redact(s string) string {
+	if r.Empty() {
 		return s
 	}
 	b := []byte(s)
@@ -221,7 +239,7 @@ type streamState struct {
 // hold bytes are held now. confirm, when set, is called with the offset of
 // each tail byte that a now complete occurrence covers. With runes the
 // final part never ends inside a UTF-8 sequence.
-func (s *streamState) feed(r *redactor, data []byte, off int64, runes bool, confirm func(int64)) (region []byte, hold int) {
+func (s *streamState) feed(r *Redactor, data []byte, off int64, runes bool, confirm func(int64)) (region []byte, hold int) {
 	nt := len(s.tail)
 	text := make([]byte, 0, nt+len(s.held)+len(data))
 	text = append(append(append(text, s.tail...), s.held...), data...)
@@ -345,25 +363,25 @@ func runeCut(b []byte, n int) int {
 }
 
 // maxProvisional bounds the bytes an exec's redaction remembers as masked
-// only provisionally (see streamRedactor.settle): past it, later ones stay
+// only provisionally (see Stream.Settle): past it, later ones stay
 // masked in the record too, the safe side.
 const maxProvisional = 1 << 16
 
-// streamRedactor redacts an exec's ordered output chunks (stdout and stderr
+// Stream redacts an exec's ordered output chunks (stdout and stderr
 // interleaved, as the agent's combined log has them), each stream with its
 // streamState. While the tail of a stream is held, everything after it
 // waits behind it, so that chunks go out in offset order. Offsets are those
 // of the agent's combined log; masking keeps lengths, so they stay valid.
 //
-// The owner calls push for each chunk; expire once a hold has lasted
-// RedactHold (pending tells whether one runs); and end, then settle, when
+// The owner calls Push for each chunk; Expire once a hold has lasted
+// Hold (Pending tells whether one runs); and End, then Settle, when
 // the output is over.
-type streamRedactor struct {
-	r *redactor
+type Stream struct {
+	r *Redactor
 	// queue holds chunks not yet emitted, in offset order, with private
 	// copies of their data, masked as far as known: a stream's last
 	// len(held) queued bytes are its held ones.
-	queue  []chunk
+	queue  []Chunk
 	st     map[string]*streamState
 	queued map[string]int // bytes of each stream in queue
 	// prov maps the offset of each byte that expire masked without a
@@ -371,14 +389,17 @@ type streamRedactor struct {
 	prov map[int64]byte
 }
 
-// chunk is one piece of output at an offset of the combined log.
-type chunk struct {
-	stream string
-	off    int64
-	data   []byte
+// NewStream returns a Stream masking r's secrets.
+func NewStream(r *Redactor) *Stream { return &Stream{r: r} }
+
+// Chunk is one piece of output at an offset of the combined log.
+type Chunk struct {
+	Stream string
+	Off    int64
+	Data   []byte
 }
 
-func (s *streamRedactor) state(stream string) *streamState {
+func (s *Stream) state(stream string) *streamState {
 	if s.st == nil {
 		s.st, s.queued, s.prov = map[string]*streamState{}, map[string]int{}, map[int64]byte{}
 	}
@@ -390,50 +411,50 @@ func (s *streamRedactor) state(stream string) *streamState {
 	return st
 }
 
-// push takes the next chunk and returns what can be emitted now (masked).
-func (s *streamRedactor) push(c chunk) []chunk {
-	if s.r.empty() {
-		return []chunk{c}
+// Push takes the next chunk and returns what can be emitted now (masked).
+func (s *Stream) Push(c Chunk) []Chunk {
+	if s.r.Empty() {
+		return []Chunk{c}
 	}
-	st := s.state(c.stream)
-	region, _ := st.feed(s.r, c.data, c.off, false, func(off int64) { delete(s.prov, off) })
-	old := len(region) - len(c.data)
-	s.writeBack(c.stream, region[:old])
-	s.queue = append(s.queue, chunk{stream: c.stream, off: c.off, data: region[old:]})
-	s.queued[c.stream] += len(c.data)
+	st := s.state(c.Stream)
+	region, _ := st.feed(s.r, c.Data, c.Off, false, func(off int64) { delete(s.prov, off) })
+	old := len(region) - len(c.Data)
+	s.writeBack(c.Stream, region[:old])
+	s.queue = append(s.queue, Chunk{Stream: c.Stream, Off: c.Off, Data: region[old:]})
+	s.queued[c.Stream] += len(c.Data)
 	return s.release()
 }
 
 // writeBack overwrites the last len(b) queued bytes of stream with b.
-func (s *streamRedactor) writeBack(stream string, b []byte) {
+func (s *Stream) writeBack(stream string, b []byte) {
 	for i := len(s.queue) - 1; i >= 0 && len(b) > 0; i-- {
 		q := s.queue[i]
-		if q.stream != stream {
+		if q.Stream != stream {
 			continue
 		}
-		n := min(len(q.data), len(b))
-		copy(q.data[len(q.data)-n:], b[len(b)-n:])
+		n := min(len(q.Data), len(b))
+		copy(q.Data[len(q.Data)-n:], b[len(b)-n:])
 		b = b[:len(b)-n]
 	}
 }
 
 // release emits queued chunks from the head until one holds a byte that
 // could start a secret.
-func (s *streamRedactor) release() []chunk {
-	var out []chunk
+func (s *Stream) release() []Chunk {
+	var out []Chunk
 	for len(s.queue) > 0 {
 		head := s.queue[0]
-		free := s.queued[head.stream] - len(s.st[head.stream].held)
-		if free >= len(head.data) {
+		free := s.queued[head.Stream] - len(s.st[head.Stream].held)
+		if free >= len(head.Data) {
 			out = append(out, head)
 			s.queue = s.queue[1:]
-			s.queued[head.stream] -= len(head.data)
+			s.queued[head.Stream] -= len(head.Data)
 			continue
 		}
 		if free > 0 {
-			out = append(out, chunk{stream: head.stream, off: head.off, data: head.data[:free:free]})
-			s.queue[0] = chunk{stream: head.stream, off: head.off + int64(free), data: head.data[free:]}
-			s.queued[head.stream] -= free
+			out = append(out, Chunk{Stream: head.Stream, Off: head.Off, Data: head.Data[:free:free]})
+			s.queue[0] = Chunk{Stream: head.Stream, Off: head.Off + int64(free), Data: head.Data[free:]}
+			s.queued[head.Stream] -= free
 		}
 		break
 	}
@@ -443,12 +464,12 @@ func (s *streamRedactor) release() []chunk {
 	return out
 }
 
-// pending reports whether some output is held back.
-func (s *streamRedactor) pending() bool { return len(s.queue) > 0 }
+// Pending reports whether some output is held back.
+func (s *Stream) Pending() bool { return len(s.queue) > 0 }
 
-// expire emits everything held, the held bytes as '*' (the rest of a
-// secret did not come in time, or it was no secret: see settle).
-func (s *streamRedactor) expire() []chunk {
+// Expire emits everything held, the held bytes as '*' (the rest of a
+// secret did not come in time, or it was no secret: see Settle).
+func (s *Stream) Expire() []Chunk {
 	for name, st := range s.st {
 		if n := len(st.held); n > 0 {
 			s.writeBack(name, bytes.Repeat([]byte{'*'}, n))
@@ -462,29 +483,29 @@ func (s *streamRedactor) expire() []chunk {
 	return s.drain()
 }
 
-// end emits everything held as the whole output says: the output is over,
+// End emits everything held as the whole output says: the output is over,
 // so held bytes that are no secret go out as they are.
-func (s *streamRedactor) end() []chunk {
+func (s *Stream) End() []Chunk {
 	for _, st := range s.st {
 		st.end()
 	}
 	return s.drain()
 }
 
-func (s *streamRedactor) drain() []chunk {
+func (s *Stream) drain() []Chunk {
 	out := s.queue
 	s.queue = nil
 	clear(s.queued)
 	return out
 }
 
-// settle returns the output's final events (the record): events, in offset
+// Settle returns the output's final events (the record): events, in offset
 // order, with each byte that expire masked provisionally and that never
 // became part of a secret given back, so that the record is the whole
 // output masked as one text. Changed chunks are copies: readers may hold
 // the old ones.
-func (s *streamRedactor) settle(events []chunk) []chunk {
-	fix := s.restore()
+func (s *Stream) Settle(events []Chunk) []Chunk {
+	fix := s.Restore()
 	if len(fix) == 0 {
 		return events
 	}
@@ -496,23 +517,23 @@ func (s *streamRedactor) settle(events []chunk) []chunk {
 	out := slices.Clone(events)
 	copied := map[int]bool{}
 	for _, off := range offs {
-		i := sort.Search(len(out), func(i int) bool { return out[i].off+int64(len(out[i].data)) > off })
-		if i == len(out) || out[i].off > off {
+		i := sort.Search(len(out), func(i int) bool { return out[i].Off+int64(len(out[i].Data)) > off })
+		if i == len(out) || out[i].Off > off {
 			continue
 		}
 		if !copied[i] {
-			out[i].data = slices.Clone(out[i].data)
+			out[i].Data = slices.Clone(out[i].Data)
 			copied[i] = true
 		}
-		out[i].data[off-out[i].off] = fix[off]
+		out[i].Data[off-out[i].Off] = fix[off]
 	}
 	return out
 }
 
-// restore returns, by offset, the original of every byte a timed-out hold
+// Restore returns, by offset, the original of every byte a timed-out hold
 // masked without its ever becoming part of a secret, and forgets them: the
 // caller writes them back into the settled output.
-func (s *streamRedactor) restore() map[int64]byte {
+func (s *Stream) Restore() map[int64]byte {
 	fix := s.prov
 	if len(fix) == 0 {
 		return nil
@@ -524,22 +545,22 @@ func (s *streamRedactor) restore() map[int64]byte {
 // TextStream masks a sandbox's secrets in one ordered text stream (a code
 // cell's stdout or stderr) whatever the timing of its pieces, as exec
 // output is (streamState): Push returns what may go out now; while Pending,
-// call Expire once RedactHold has passed (the held text goes out as '*');
+// call Expire once Hold has passed (the held text goes out as '*');
 // End when the stream is over. UTF-8 sequences are kept whole.
 type TextStream struct {
-	r  *redactor
+	r  *Redactor
 	st streamState
 }
 
 // NewTextStream returns a TextStream for secrets (code services' tests use
-// it; a sandbox's own comes from CodeProcess.TextStream).
+// it; a sandbox's own comes from Redactor.TextStream).
 func NewTextStream(secrets map[string]string) *TextStream {
-	return &TextStream{r: newRedactor(secrets)}
+	return &TextStream{r: New(secrets)}
 }
 
 // Push takes the next piece of text and returns what can go out now.
 func (t *TextStream) Push(s string) string {
-	if t.r.empty() {
+	if t.r.Empty() {
 		return s
 	}
 	region, hold := t.st.feed(t.r, []byte(s), 0, true, nil)
@@ -551,7 +572,7 @@ func (t *TextStream) Pending() bool { return len(t.st.held) > 0 }
 
 // Expire releases the held text as '*'.
 func (t *TextStream) Expire() string {
-	if t.r.empty() {
+	if t.r.Empty() {
 		return ""
 	}
 	return strings.Repeat("*", t.st.expire(t.r.maxLen-1, nil))
