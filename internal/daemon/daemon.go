@@ -50,7 +50,7 @@ import (
 	"github.com/airlockhq/airlock/internal/plane/httpapi"
 	"github.com/airlockhq/airlock/internal/preview"
 	"github.com/airlockhq/airlock/internal/reaper"
-	"github.com/airlockhq/airlock/internal/service/code"
+	"github.com/airlockhq/airlock/internal/service"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
@@ -325,21 +325,23 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	if pln != nil {
 		mset.PreviewListen = pln.Addr().String()
 	}
-	mcfg := sandbox.Config{
+	// The services (internal/service wires them in their order), then
+	// the planes over them.
+	svc, err := service.New(service.Config{
 		Settings: mset, Store: st, Drivers: drivers, Templates: bld, Builder: bld, Logger: log,
 		Observer: metrics, Audit: rec, Attribution: attr, DefaultNetworkMode: opts.DefaultNetworkMode,
 		Network: sandbox.NetworkOf(nm), Registries: regs,
-	}
-	m, err := sandbox.New(mcfg)
+	})
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	if err := m.Start(ctx); err != nil {
+	// Closed after the server's streams end (serve returns).
+	defer svc.Close()
+	if err := svc.Start(ctx); err != nil {
 		return err
 	}
 	if pln != nil {
-		ph := preview.New(preview.Config{Domain: cfg.PreviewDomain, Backend: m.PreviewBackend(), Logger: log.With("component", "preview")})
+		ph := preview.New(preview.Config{Domain: cfg.PreviewDomain, Backend: svc.Previews.PreviewBackend(), Logger: log.With("component", "preview")})
 		psrv := &http.Server{Handler: ph, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := psrv.Serve(pln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -349,27 +351,23 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 		defer func() { psrv.Close(); ph.Close() }()
 		log.Info("previews", "listen", pln.Addr().String(), "domain", cfg.PreviewDomain)
 	}
-	// The code interpreter (one per manager: it kills kernels it does not
-	// know) and the E2B-compatible planes on the same listener. E2B access
-	// tokens derive from a key kept in the data dir, so they outlive a
-	// restart.
-	codeSvc := code.New(code.Config{Backend: code.ManagerBackend(m), Logger: log.With("component", "interp")})
+	// The E2B-compatible planes on the same listener. E2B access tokens
+	// derive from a key kept in the data dir, so they outlive a restart.
 	tokenKey, err := e2b.LoadOrCreateKey(filepath.Join(cfg.DataDir, "e2b-token.key"))
 	if err != nil {
-		codeSvc.Close()
 		return err
 	}
 	eh := e2b.New(e2b.Config{
-		Manager: m, Auth: authn, Code: codeSvc, Logger: log.With("component", "e2b"), TokenKey: tokenKey, Audit: rec,
+		Sandboxes: svc.Sandboxes, Execs: svc.Execs, Files: svc.Files, Ports: svc.Previews,
+		Auth: authn, Code: svc.Code, Logger: log.With("component", "e2b"), TokenKey: tokenKey, Audit: rec,
 		MaxUploadBytes: cfg.MaxUploadBytes, MaxExecTimeout: time.Duration(cfg.MaxExecTimeoutS) * time.Second,
 	})
 	srv := httpapi.New(httpapi.Config{
-		Manager: m, Auth: authn, Metrics: metrics, Logger: log, Version: version.Version,
-		MaxUploadBytes: cfg.MaxUploadBytes, Audit: rec, Code: codeSvc, E2B: eh, Host: hostInfo(slot.Names),
+		Sandboxes: svc.Sandboxes, Execs: svc.Execs, Files: svc.Files, Networks: svc.Networks,
+		Previews: svc.Previews, Accounting: svc.Accounting, Templates: svc.Templates, Code: svc.Code,
+		Auth: authn, Metrics: metrics, Logger: log, Version: version.Version,
+		MaxUploadBytes: cfg.MaxUploadBytes, Audit: rec, E2B: eh, Host: hostInfo(slot.Names),
 	})
-	// After the server's streams end (serve returns) and before the
-	// manager closes (deferred earlier, so it runs later).
-	defer codeSvc.Close()
 	return serve(ctx, cfg, ln, srv, log, opts)
 }
 

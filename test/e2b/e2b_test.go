@@ -26,8 +26,8 @@ import (
 	"github.com/airlockhq/airlock/internal/hostslot"
 	"github.com/airlockhq/airlock/internal/plane/e2b"
 	"github.com/airlockhq/airlock/internal/plane/httpapi"
+	"github.com/airlockhq/airlock/internal/service"
 	"github.com/airlockhq/airlock/internal/service/code"
-	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
 	"github.com/airlockhq/airlock/internal/testutil"
@@ -163,18 +163,19 @@ func startEnv(t *testing.T) *env {
 	}
 	settings := config.Default()
 	settings.DataDir = dataDir
-	m, err := sandbox.New(sandbox.Config{Settings: settings, Store: st, Drivers: []driver.Driver{drv}, Templates: tmpl,
+	svc, err := service.New(service.Config{Settings: settings, Store: st, Drivers: []driver.Driver{drv}, Templates: tmpl,
 		Logger: log, TickInterval: 50 * time.Millisecond, SweepInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Start(context.Background()); err != nil {
+	if err := svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	code := code.New(code.Config{Backend: code.ManagerBackend(m), Logger: log})
-	eh := e2b.New(e2b.Config{Manager: m, Auth: authn, Code: code, Logger: log,
-		MaxExecTimeout: time.Duration(settings.MaxExecTimeoutS) * time.Second})
-	srv := httpapi.New(httpapi.Config{Manager: m, Auth: authn, Logger: log, Version: "e2b-suite", E2B: eh})
+	eh := e2b.New(e2b.Config{Sandboxes: svc.Sandboxes, Execs: svc.Execs, Files: svc.Files, Ports: svc.Previews,
+		Auth: authn, Code: svc.Code, Logger: log, MaxExecTimeout: time.Duration(settings.MaxExecTimeoutS) * time.Second})
+	srv := httpapi.New(httpapi.Config{Auth: authn, Logger: log, Version: "e2b-suite", E2B: eh,
+		Sandboxes: svc.Sandboxes, Execs: svc.Execs, Files: svc.Files, Networks: svc.Networks,
+		Previews: svc.Previews, Accounting: svc.Accounting, Templates: svc.Templates, Code: svc.Code})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -188,13 +189,12 @@ func startEnv(t *testing.T) *env {
 		ctx := context.Background()
 		recs, _ := st.SandboxesInStates(ctx, api.StateStarting, api.StateRunning, api.StatePaused, api.StateStopping)
 		for _, r := range recs {
-			m.Delete(ctx, auth.Principal{Admin: true}, r.ID)
+			svc.Sandboxes.Delete(ctx, auth.Principal{Admin: true}, r.ID)
 		}
-		code.Close()
 		srv.CloseStreams()
 		ts.CloseClientConnections()
 		ts.Close()
-		m.Close()
+		svc.Close()
 		drv.Close()
 		snap.AssertNoLeaks(t)
 		st.Close()

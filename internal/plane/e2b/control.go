@@ -176,7 +176,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, p auth.Principa
 		}
 		req.Network = &api.Network{Mode: mode}
 	}
-	res, err := h.m.Create(r.Context(), p, req, r.Header.Get("Idempotency-Key"))
+	res, err := h.sandboxes.Create(r.Context(), p, req, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}
@@ -229,7 +229,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, p auth.Principal)
 		}
 		f.Limit = n
 	}
-	sbs, err := h.m.List(r.Context(), p, f)
+	sbs, err := h.sandboxes.List(r.Context(), p, f)
 	if err != nil {
 		return err
 	}
@@ -257,7 +257,7 @@ func (h *Handler) listV1(w http.ResponseWriter, r *http.Request, p auth.Principa
 // sandboxes, a killed one is simply gone. A stopped sandbox, another
 // tenant's and one that never existed give the same error.
 func (h *Handler) visible(r *http.Request, p auth.Principal, id string) (api.Sandbox, error) {
-	sb, err := h.m.Get(r.Context(), p, id)
+	sb, err := h.sandboxes.Get(r.Context(), p, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -281,7 +281,7 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, p auth.Principal)
 	if _, err := h.visible(r, p, id); err != nil {
 		return err
 	}
-	if err := h.m.Delete(r.Context(), p, id); err != nil {
+	if err := h.sandboxes.Delete(r.Context(), p, id); err != nil {
 		return err
 	}
 	h.forgetProcs(id)
@@ -305,7 +305,7 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request, p auth.Prin
 	if _, err := h.visible(r, p, r.PathValue("id")); err != nil {
 		return err
 	}
-	if _, err := h.m.SetTimeout(r.Context(), p, r.PathValue("id"), *body.Timeout); err != nil {
+	if _, err := h.sandboxes.SetTimeout(r.Context(), p, r.PathValue("id"), *body.Timeout); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -324,7 +324,7 @@ func (h *Handler) refresh(w http.ResponseWriter, r *http.Request, p auth.Princip
 		return err
 	}
 	if body.Duration != nil {
-		if _, err := h.m.SetTimeout(r.Context(), p, r.PathValue("id"), *body.Duration); err != nil {
+		if _, err := h.sandboxes.SetTimeout(r.Context(), p, r.PathValue("id"), *body.Duration); err != nil {
 			return err
 		}
 	}
@@ -341,7 +341,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request, p auth.Principal
 	if sb.State == api.StatePaused {
 		return errf(errdefs.ErrConflict, "sandbox %q is already paused", id)
 	}
-	if _, err := h.m.Pause(r.Context(), p, id); err != nil {
+	if _, err := h.sandboxes.Pause(r.Context(), p, id); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -361,11 +361,11 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request, p auth.Principa
 	if sb.State != api.StatePaused {
 		return errf(errdefs.ErrConflict, "sandbox %q is not paused", id)
 	}
-	if sb, err = h.m.Resume(r.Context(), p, id); err != nil {
+	if sb, err = h.sandboxes.Resume(r.Context(), p, id); err != nil {
 		return err
 	}
 	if body.Timeout != nil {
-		if sb, err = h.m.SetTimeout(r.Context(), p, id, *body.Timeout); err != nil {
+		if sb, err = h.sandboxes.SetTimeout(r.Context(), p, id, *body.Timeout); err != nil {
 			return err
 		}
 	}
@@ -386,13 +386,13 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, p auth.Princip
 	}
 	status := http.StatusOK
 	if sb.State == api.StatePaused {
-		if sb, err = h.m.Resume(r.Context(), p, id); err != nil {
+		if sb, err = h.sandboxes.Resume(r.Context(), p, id); err != nil {
 			return err
 		}
 		status = http.StatusCreated
 	}
 	if body.Timeout != nil {
-		if sb, err = h.m.SetTimeout(r.Context(), p, id, *body.Timeout); err != nil {
+		if sb, err = h.sandboxes.SetTimeout(r.Context(), p, id, *body.Timeout); err != nil {
 			return err
 		}
 	}
@@ -408,7 +408,7 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request, p auth.Princip
 	}
 	out := []sandboxMetric{}
 	if sb.State == api.StateRunning {
-		m, err := h.m.Metrics(r.Context(), p, id)
+		m, err := h.sandboxes.Metrics(r.Context(), p, id)
 		if err != nil {
 			return err
 		}

@@ -34,7 +34,6 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
-	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 // Protocol constants of the SDKs.
@@ -76,8 +75,13 @@ type CodeService interface {
 
 // Config configures a Handler.
 type Config struct {
-	// Manager runs the sandboxes. Required.
-	Manager *sandbox.Manager
+	// Sandboxes, Execs and Files are the services the planes translate
+	// to (services.go). Required.
+	Sandboxes Sandboxes
+	Execs     Execs
+	Files     Files
+	// Ports reaches sandbox ports (getHost traffic); nil answers 502.
+	Ports Ports
 	// Auth checks the X-API-KEY of control-plane calls. Required.
 	Auth *auth.Authenticator
 	// Code runs code-interpreter cells; nil answers /execute with 501.
@@ -105,12 +109,15 @@ type Config struct {
 
 // Handler serves the E2B planes. Create it with New.
 type Handler struct {
-	cfg     Config
-	m       *sandbox.Manager
-	log     *slog.Logger
-	control http.Handler
-	envd    http.Handler
-	code    http.Handler
+	cfg       Config
+	sandboxes Sandboxes
+	execs     Execs
+	files     Files
+	ports     Ports
+	log       *slog.Logger
+	control   http.Handler
+	envd      http.Handler
+	code      http.Handler
 
 	// procs maps each sandbox's E2B pids to airlock execs (process.go).
 	procsMu sync.Mutex
@@ -138,7 +145,8 @@ func New(cfg Config) *Handler {
 	if cfg.MaxExecTimeout <= 0 {
 		cfg.MaxExecTimeout = 24 * time.Hour
 	}
-	h := &Handler{cfg: cfg, m: cfg.Manager, log: cfg.Logger, procs: map[string]*procTable{}}
+	h := &Handler{cfg: cfg, sandboxes: cfg.Sandboxes, execs: cfg.Execs, files: cfg.Files, ports: cfg.Ports,
+		log: cfg.Logger, procs: map[string]*procTable{}}
 	h.control = h.controlMux()
 	h.envd = h.envdMux()
 	h.code = h.codeMux()
@@ -233,15 +241,10 @@ func publicReason(err error) string {
 	return "invalid credentials"
 }
 
-// portDialer is the manager's way into a sandbox port (manager.DialSandbox).
-type portDialer interface {
-	DialSandbox(ctx context.Context, p auth.Principal, id string, port int) (net.Conn, error)
-}
-
 // sandboxPrincipal is who a sandbox-plane request acts as once its token
 // checked out: the sandbox's own tenant.
 func (h *Handler) sandboxPrincipal(ctx context.Context, id string) (auth.Principal, api.Sandbox, error) {
-	sb, err := h.m.Get(ctx, auth.Principal{Admin: true}, id)
+	sb, err := h.sandboxes.Get(ctx, auth.Principal{Admin: true}, id)
 	if err != nil {
 		return auth.Principal{}, api.Sandbox{}, err
 	}

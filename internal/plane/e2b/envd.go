@@ -186,7 +186,7 @@ func (h *Handler) getFile(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	rc, fi, err := h.m.ReadFile(r.Context(), t.p, t.id, p, user)
+	rc, fi, err := h.files.ReadFile(r.Context(), t.p, t.id, p, user)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -223,7 +223,7 @@ func (h *Handler) postFile(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return entryInfo{}, err
 		}
-		fw, err := h.m.WriteFile(r.Context(), t.p, t.id, p, user, 0, body, h.cfg.MaxUploadBytes)
+		fw, err := h.files.WriteFile(r.Context(), t.p, t.id, p, user, 0, body, h.cfg.MaxUploadBytes)
 		h.auditFile(r.Context(), t, api.FileAuditDetail{Op: "write", Path: p, User: user, Bytes: fw.Size}, err)
 		if err != nil {
 			return entryInfo{}, err
@@ -292,8 +292,8 @@ func (h *Handler) postFile(w http.ResponseWriter, r *http.Request) {
 // proxyPort forwards a request to a port inside the sandbox
 // (sandbox.getHost(port) traffic routed by header).
 func (h *Handler) proxyPort(w http.ResponseWriter, r *http.Request, id string, p auth.Principal, port int) {
-	d, ok := any(h.m).(portDialer)
-	if !ok {
+	d := h.ports
+	if d == nil {
 		writeJSON(w, http.StatusBadGateway, errorBody{Code: http.StatusBadGateway, Message: "this airlock cannot reach sandbox ports"})
 		return
 	}

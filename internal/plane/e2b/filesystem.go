@@ -82,7 +82,7 @@ func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[pb.St
 	if err != nil {
 		return nil, s.h.connectError(ctx, err)
 	}
-	fi, err := s.h.m.StatFile(ctx, t.p, t.id, p, user)
+	fi, err := s.h.files.StatFile(ctx, t.p, t.id, p, user)
 	if err != nil {
 		return nil, s.h.connectError(ctx, err)
 	}
@@ -97,10 +97,10 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb
 	}
 	// envd answers AlreadyExists for an existing path (the SDK's makeDir
 	// then returns false); airlock's mkdir -p would succeed silently.
-	if _, err := s.h.m.StatFile(ctx, t.p, t.id, p, user); err == nil {
+	if _, err := s.h.files.StatFile(ctx, t.p, t.id, p, user); err == nil {
 		return nil, s.h.connectError(ctx, errf(errdefs.ErrAlreadyExists, "%s already exists", p))
 	}
-	fi, err := s.h.m.Mkdir(ctx, t.p, t.id, p, user, true)
+	fi, err := s.h.files.Mkdir(ctx, t.p, t.id, p, user, true)
 	s.h.auditFile(ctx, t, api.FileAuditDetail{Op: "mkdir", Path: p, User: user}, err)
 	if err != nil {
 		return nil, s.h.connectError(ctx, err)
@@ -118,7 +118,7 @@ func (s *filesystemService) Move(ctx context.Context, req *connect.Request[pb.Mo
 	if err != nil {
 		return nil, s.h.connectError(ctx, err)
 	}
-	fi, err := s.h.m.Move(ctx, t.p, t.id, from, to, user)
+	fi, err := s.h.files.Move(ctx, t.p, t.id, from, to, user)
 	s.h.auditFile(ctx, t, api.FileAuditDetail{Op: "move", Path: from, To: to, User: user}, err)
 	if err != nil {
 		return nil, s.h.connectError(ctx, err)
@@ -136,7 +136,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb
 	if depth == 0 {
 		depth = 1
 	}
-	fl, err := s.h.m.ListFiles(ctx, t.p, t.id, p, user, depth)
+	fl, err := s.h.files.ListFiles(ctx, t.p, t.id, p, user, depth)
 	if err != nil {
 		return nil, s.h.connectError(ctx, err)
 	}
@@ -155,10 +155,10 @@ func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.
 	}
 	// envd removes a missing path with NotFound; airlock's remove is
 	// idempotent, so look first.
-	if _, err := s.h.m.StatFile(ctx, t.p, t.id, p, user); err != nil {
+	if _, err := s.h.files.StatFile(ctx, t.p, t.id, p, user); err != nil {
 		return nil, s.h.connectError(ctx, err)
 	}
-	err = s.h.m.RemoveFile(ctx, t.p, t.id, p, user, true)
+	err = s.h.files.RemoveFile(ctx, t.p, t.id, p, user, true)
 	s.h.auditFile(ctx, t, api.FileAuditDetail{Op: "remove", Path: p, User: user, Recursive: true}, err)
 	if err != nil {
 		return nil, s.h.connectError(ctx, err)
@@ -253,7 +253,7 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[p
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := h.m.WatchDir(ctx, t.p, t.id, dir, user, req.Msg.GetRecursive())
+	w, err := h.files.WatchDir(ctx, t.p, t.id, dir, user, req.Msg.GetRecursive())
 	if err != nil {
 		return h.connectError(ctx, err)
 	}
@@ -340,7 +340,7 @@ func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 	// The watch outlives this request: it ends at RemoveWatcher, or when
 	// the sandbox does.
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w, err := h.m.WatchDir(wctx, t.p, t.id, dir, user, req.Msg.GetRecursive())
+	w, err := h.files.WatchDir(wctx, t.p, t.id, dir, user, req.Msg.GetRecursive())
 	if err != nil {
 		cancel()
 		return nil, h.connectError(ctx, err)
@@ -436,5 +436,5 @@ func (h *Handler) auditFile(ctx context.Context, t target, d api.FileAuditDetail
 	if err != nil {
 		d.Code = strconv.Itoa(classify(err).E2BStatus)
 	}
-	h.m.AuditFileOp(ctx, t.p, t.id, d)
+	h.files.AuditFileOp(ctx, t.p, t.id, d)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/airlockhq/airlock/internal/plane/e2b/envd/filesystempb/filesystempbconnect"
 	"github.com/airlockhq/airlock/internal/plane/e2b/envd/processpb/processpbconnect"
 	"github.com/airlockhq/airlock/internal/plane/httpapi"
+	"github.com/airlockhq/airlock/internal/service"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/service/servicetest"
 	"github.com/airlockhq/airlock/internal/store"
@@ -46,7 +47,7 @@ type harness struct {
 	t    *testing.T
 	url  string
 	e2b  *e2b.Handler
-	m    *sandbox.Manager
+	svc  *service.Set
 	auth *auth.Authenticator
 	keys map[string]string // tenant → key
 }
@@ -70,7 +71,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	drv := servicetest.New("runc", filepath.Join(dir, "sandboxes"))
 	settings := config.Default()
 	settings.DataDir = dir
-	m, err := sandbox.New(sandbox.Config{
+	svc, err := service.New(service.Config{
 		Settings: settings, Store: st, Drivers: []driver.Driver{drv},
 		Templates: servicetest.Templates{
 			"base":             {{Name: "base", Version: 1}},
@@ -82,29 +83,31 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Start(context.Background()); err != nil {
+	if err := svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	ecfg := e2b.Config{Manager: m, Auth: authn, Logger: testLog, AuthFailureDelay: -1,
-		Keepalive: 200 * time.Millisecond}
+	ecfg := e2b.Config{Sandboxes: svc.Sandboxes, Execs: svc.Execs, Files: svc.Files, Ports: svc.Previews,
+		Auth: authn, Logger: testLog, AuthFailureDelay: -1, Keepalive: 200 * time.Millisecond}
 	for _, o := range opts {
 		o(&ecfg)
 	}
 	eh := e2b.New(ecfg)
-	srv := httpapi.New(httpapi.Config{Manager: m, Auth: authn, Logger: testLog, Version: "test", E2B: eh, AuthFailureDelay: -1})
+	srv := httpapi.New(httpapi.Config{Auth: authn, Logger: testLog, Version: "test", E2B: eh, AuthFailureDelay: -1,
+		Sandboxes: svc.Sandboxes, Execs: svc.Execs, Files: svc.Files, Networks: svc.Networks,
+		Previews: svc.Previews, Accounting: svc.Accounting, Templates: svc.Templates})
 	ts := httptest.NewServer(srv.Handler())
-	h := &harness{t: t, url: ts.URL, e2b: eh, m: m, auth: authn, keys: map[string]string{}}
+	h := &harness{t: t, url: ts.URL, e2b: eh, svc: svc, auth: authn, keys: map[string]string{}}
 	t.Cleanup(func() {
 		ctx := context.Background()
-		if l, err := m.List(ctx, auth.Principal{Admin: true}, sandbox.ListFilter{}); err == nil {
+		if l, err := svc.Sandboxes.List(ctx, auth.Principal{Admin: true}, sandbox.ListFilter{}); err == nil {
 			for _, sb := range l.Sandboxes {
-				m.Delete(ctx, auth.Principal{Admin: true}, sb.ID)
+				svc.Sandboxes.Delete(ctx, auth.Principal{Admin: true}, sb.ID)
 			}
 		}
 		srv.CloseStreams()
 		ts.CloseClientConnections()
 		ts.Close()
-		m.Close()
+		svc.Close()
 		if err := drv.Close(); err != nil {
 			t.Errorf("driver cleanup: %v", err)
 		}

@@ -77,7 +77,7 @@ func (h *Handler) table(id string) *procTable {
 // pruneTablesLocked drops the tables of sandboxes that are not live.
 func (h *Handler) pruneTablesLocked() {
 	for id := range h.procs {
-		if sb, err := h.m.Get(context.Background(), auth.Principal{Admin: true}, id); err != nil || sb.State == api.StateStopped || sb.State == api.StateError {
+		if sb, err := h.sandboxes.Get(context.Background(), auth.Principal{Admin: true}, id); err != nil || sb.State == api.StateStopped || sb.State == api.StateError {
 			delete(h.procs, id)
 		}
 	}
@@ -177,7 +177,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 			opts.PTYSize = &sandbox.PTYSize{Cols: uint16(min(sz.GetCols(), 1<<15)), Rows: uint16(min(sz.GetRows(), 1<<15))}
 		}
 	}
-	ex, err := h.m.Exec(ctx, t.p, t.id, ereq, opts)
+	ex, err := h.execs.Exec(ctx, t.p, t.id, ereq, opts)
 	if err != nil {
 		return h.connectError(ctx, err)
 	}
@@ -199,7 +199,7 @@ func (s *processService) Connect(ctx context.Context, req *connect.Request[pb.Co
 	}
 	// From the start: a client that connects late still sees all of the
 	// output (airlock keeps it), not only what comes after.
-	sub, err := h.m.Events(ctx, t.p, t.id, p.eid, 0)
+	sub, err := h.execs.Events(ctx, t.p, t.id, p.eid, 0)
 	if err != nil {
 		return h.connectError(ctx, err)
 	}
@@ -306,7 +306,7 @@ func endEvent(res *api.ExecResult) *pb.ProcessEvent_EndEvent {
 
 func (s *processService) List(ctx context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
 	h, t := s.h, targetFrom(ctx)
-	execs, err := h.m.ListExecs(ctx, t.p, t.id, 100, "")
+	execs, err := h.execs.ListExecs(ctx, t.p, t.id, 100, "")
 	if err != nil {
 		return nil, h.connectError(ctx, err)
 	}
@@ -356,7 +356,7 @@ func (h *Handler) writeInput(ctx context.Context, t target, p *proc, in *pb.Proc
 	if len(b) == 0 {
 		return nil
 	}
-	_, err := h.m.WriteStdin(ctx, t.p, t.id, p.eid, bytes.NewReader(b), false)
+	_, err := h.execs.WriteStdin(ctx, t.p, t.id, p.eid, bytes.NewReader(b), false)
 	return endedIsNotFound(err)
 }
 
@@ -390,7 +390,7 @@ func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pb
 	h, t := s.h, targetFrom(ctx)
 	p, err := h.table(t.id).find(req.Msg.GetProcess())
 	if err == nil {
-		_, err = h.m.WriteStdin(ctx, t.p, t.id, p.eid, bytes.NewReader(nil), true)
+		_, err = h.execs.WriteStdin(ctx, t.p, t.id, p.eid, bytes.NewReader(nil), true)
 		err = endedIsNotFound(err)
 	}
 	if err != nil {
@@ -413,7 +413,7 @@ func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pb
 	p, err := h.table(t.id).find(req.Msg.GetProcess())
 	if err == nil {
 		// The manager signals the exec's whole process tree.
-		err = endedIsNotFound(h.m.Signal(ctx, t.p, t.id, p.eid, sig))
+		err = endedIsNotFound(h.execs.Signal(ctx, t.p, t.id, p.eid, sig))
 	}
 	if err != nil {
 		return nil, h.connectError(ctx, err)
@@ -426,7 +426,7 @@ func (s *processService) Update(ctx context.Context, req *connect.Request[pb.Upd
 	p, err := h.table(t.id).find(req.Msg.GetProcess())
 	if err == nil {
 		if sz := req.Msg.GetPty().GetSize(); sz != nil {
-			err = endedIsNotFound(h.m.Resize(ctx, t.p, t.id, p.eid, uint16(min(sz.GetCols(), 1<<15)), uint16(min(sz.GetRows(), 1<<15))))
+			err = endedIsNotFound(h.execs.Resize(ctx, t.p, t.id, p.eid, uint16(min(sz.GetCols(), 1<<15)), uint16(min(sz.GetRows(), 1<<15))))
 		}
 	}
 	if err != nil {

@@ -158,12 +158,12 @@ func TestSandboxPlaneRefusesWithoutCredential(t *testing.T) {
 	// Nothing ran or changed in the sandbox: its own token sees no
 	// process and none of the files the routes would have made.
 	ctx := context.Background()
-	procs, err := h.m.ListExecs(ctx, auth.Principal{Tenant: "acme"}, a.SandboxID, 10, "")
+	procs, err := h.svc.Execs.ListExecs(ctx, auth.Principal{Tenant: "acme"}, a.SandboxID, 10, "")
 	if err != nil || len(procs.Execs) != 0 {
 		t.Fatalf("execs in the sandbox: %+v, %v", procs.Execs, err)
 	}
 	for _, p := range []string{"/tmp/pwned", "/tmp/pwned-dir", "/tmp/pwned-file"} {
-		if _, err := h.m.StatFile(ctx, auth.Principal{Tenant: "acme"}, a.SandboxID, p, "user"); !errdefs.IsNotFound(err) {
+		if _, err := h.svc.Files.StatFile(ctx, auth.Principal{Tenant: "acme"}, a.SandboxID, p, "user"); !errdefs.IsNotFound(err) {
 			t.Fatalf("stat %s in the sandbox: %v, want not found", p, err)
 		}
 	}
@@ -220,7 +220,7 @@ func TestControlPlaneRefusesForeignAndUnknown(t *testing.T) {
 	if st := h.call("acme", "DELETE", "/sandboxes/"+gone.SandboxID, nil, nil); st != http.StatusNoContent {
 		t.Fatalf("kill: %d", st)
 	}
-	before, err := h.m.Get(context.Background(), auth.Principal{Tenant: "acme"}, a.SandboxID)
+	before, err := h.svc.Sandboxes.Get(context.Background(), auth.Principal{Tenant: "acme"}, a.SandboxID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestControlPlaneRefusesForeignAndUnknown(t *testing.T) {
 			}
 		}
 	}
-	after, err := h.m.Get(context.Background(), auth.Principal{Tenant: "acme"}, a.SandboxID)
+	after, err := h.svc.Sandboxes.Get(context.Background(), auth.Principal{Tenant: "acme"}, a.SandboxID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +335,7 @@ func TestAPIRefusesForeignAndUnknown(t *testing.T) {
 func TestProcessStreamMasksSlowSecret(t *testing.T) {
 	h := newHarness(t)
 	const secret = "Zq9x-Vw7K-Lp3M"
-	res, err := h.m.Create(context.Background(), auth.Principal{Tenant: "acme"},
+	res, err := h.svc.Sandboxes.Create(context.Background(), auth.Principal{Tenant: "acme"},
 		api.CreateSandboxRequest{Template: "base", Secrets: map[string]string{"TOKEN": secret}}, "")
 	if err != nil {
 		t.Fatal(err)

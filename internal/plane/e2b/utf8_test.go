@@ -34,7 +34,7 @@ func TestFilesystemNonUTF8(t *testing.T) {
 			tw.Write([]byte("x"))
 		}
 		tw.Close()
-		if _, err := h.m.TarIn(ctx, auth.Principal{Tenant: "acme"}, c.SandboxID, "/home/user/u8", "", &tb); err != nil {
+		if _, err := h.svc.Files.TarIn(ctx, auth.Principal{Tenant: "acme"}, c.SandboxID, "/home/user/u8", "", &tb); err != nil {
 			t.Fatal(err)
 		}
 	}

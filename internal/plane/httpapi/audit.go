@@ -91,7 +91,7 @@ func (s *Server) auditFiles(op string, h handlerFunc) handlerFunc {
 		if err != nil {
 			d.Code = classify(err).Code
 		}
-		s.m.AuditFileOp(r.Context(), p, r.PathValue("id"), d)
+		s.files.AuditFileOp(r.Context(), p, r.PathValue("id"), d)
 		return err
 	}
 }
@@ -152,7 +152,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, p auth.Princi
 	}
 	if !wantsNDJSON(r) {
 		aq.Limit = limit
-		out, err := s.m.AuditEvents(r.Context(), p, aq)
+		out, err := s.accounting.AuditEvents(r.Context(), p, aq)
 		if err != nil {
 			return err
 		}
@@ -168,7 +168,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, p auth.Princi
 	if limit > 0 {
 		aq.Limit = min(limit, sandbox.MaxPageSize)
 	}
-	page, err := s.m.AuditEvents(r.Context(), p, aq)
+	page, err := s.accounting.AuditEvents(r.Context(), p, aq)
 	if err != nil {
 		return err
 	}
@@ -194,7 +194,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, p auth.Princi
 		if limit > 0 {
 			aq.Limit = min(limit-sent, sandbox.MaxPageSize)
 		}
-		if page, err = s.m.AuditEvents(r.Context(), p, aq); err != nil {
+		if page, err = s.accounting.AuditEvents(r.Context(), p, aq); err != nil {
 			logFrom(r.Context()).Warn("audit export broke off", "err", err)
 			panic(http.ErrAbortHandler) // a short export must not look complete
 		}

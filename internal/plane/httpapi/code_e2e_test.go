@@ -43,7 +43,9 @@ func newCodeE2E(t testing.TB) *codeE2E {
 		}
 	}
 	svc := code.New(code.Config{Backend: code.ManagerBackend(e.m), Logger: testLog})
-	srv := httpapi.New(httpapi.Config{Manager: e.m, Auth: e.auth, Logger: testLog, Version: "e2e",
+	srv := httpapi.New(httpapi.Config{Auth: e.auth,
+		Sandboxes: e.svc.Sandboxes, Execs: e.svc.Execs, Files: e.svc.Files, Networks: e.svc.Networks,
+		Previews: e.svc.Previews, Accounting: e.svc.Accounting, Templates: e.svc.Templates, Logger: testLog, Version: "e2e",
 		MaxUploadBytes: 64 << 20, Audit: e.rec, Code: svc})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {

@@ -23,6 +23,7 @@ import (
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/plane/httpapi"
 	"github.com/airlockhq/airlock/internal/preview"
+	"github.com/airlockhq/airlock/internal/service"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
@@ -44,6 +45,7 @@ type e2e struct {
 	auth    *auth.Authenticator
 	drv     *runc.Driver
 	m       *sandbox.Manager
+	svc     *service.Set
 	srv     *httpapi.Server
 	ts      *httptest.Server
 	h       *harness // request helpers bound to ts
@@ -183,31 +185,35 @@ func (e *e2e) start() {
 	if e.metrics != nil {
 		obs = e.metrics
 	}
-	m, err := sandbox.New(sandbox.Config{Settings: s, Store: e.st, Drivers: []driver.Driver{drv}, Templates: e.tmpl,
+	svc, err := service.New(service.Config{Settings: s, Store: e.st, Drivers: []driver.Driver{drv}, Templates: e.tmpl,
 		Logger: testLog, TickInterval: 50 * time.Millisecond, SweepInterval: time.Second,
 		Audit: e.rec, Attribution: attr, Network: sandbox.NetworkOf(e.nm), Registries: regs,
 		Observer: obs, SampleInterval: e.sampleEvery})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := m.Start(context.Background()); err != nil {
+	if err := svc.Start(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}
+	m := svc.Sandboxes
+	e.svc = svc
 	e.drv, e.m = drv, m
 	if pln != nil {
-		ph := preview.New(preview.Config{Backend: m.PreviewBackend(), Logger: testLog})
+		ph := preview.New(preview.Config{Backend: svc.Previews.PreviewBackend(), Logger: testLog})
 		psrv := &http.Server{Handler: ph, ReadHeaderTimeout: 5 * time.Second}
 		done := make(chan struct{})
 		go func() { defer close(done); _ = psrv.Serve(pln) }()
 		e.previewAddr, e.previewStop = pln.Addr().String(), func() { psrv.Close(); <-done; ph.Close() }
 	}
-	e.srv = httpapi.New(httpapi.Config{Manager: m, Auth: e.auth, Logger: testLog, Version: "e2e", MaxUploadBytes: 64 << 20, Audit: e.rec,
+	e.srv = httpapi.New(httpapi.Config{Auth: e.auth,
+		Sandboxes: svc.Sandboxes, Execs: svc.Execs, Files: svc.Files, Networks: svc.Networks,
+		Previews: svc.Previews, Accounting: svc.Accounting, Templates: svc.Templates, Logger: testLog, Version: "e2e", MaxUploadBytes: 64 << 20, Audit: e.rec,
 		Metrics: e.metrics})
 	e.ts = httptest.NewServer(e.srv.Handler())
 	if e.h == nil {
 		e.h = &harness{t: e.t, keys: map[string]string{}, auth: e.auth}
 	}
-	e.h.url, e.h.srv, e.h.m = e.ts.URL, e.srv, m
+	e.h.url, e.h.srv, e.h.svc = e.ts.URL, e.srv, svc
 }
 
 func (e *e2e) stop() {
@@ -220,7 +226,7 @@ func (e *e2e) stop() {
 		e.previewStop()
 		e.previewStop = nil
 	}
-	e.m.Close()
+	e.svc.Close()
 	e.drv.Close()
 	if e.nm != nil {
 		// Sandboxes keep their kernel state for the next network.Manager.

@@ -45,7 +45,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, p auth.Principal) 
 	// gave its stdin up front; a JSON call has no way to send more, so its
 	// stdin closes at once (a command reading it sees EOF, never hangs).
 	opts := sandbox.ExecOptions{StdinOpen: (async || sse) && req.Stdin == nil}
-	e, err := s.m.Exec(r.Context(), p, r.PathValue("id"), req, opts)
+	e, err := s.execs.Exec(r.Context(), p, r.PathValue("id"), req, opts)
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (s *Server) listExecs(w http.ResponseWriter, r *http.Request, p auth.Princi
 	if err != nil {
 		return err
 	}
-	out, err := s.m.ListExecs(r.Context(), p, r.PathValue("id"), limit, r.URL.Query().Get("cursor"))
+	out, err := s.execs.ListExecs(r.Context(), p, r.PathValue("id"), limit, r.URL.Query().Get("cursor"))
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (s *Server) listExecs(w http.ResponseWriter, r *http.Request, p auth.Princi
 }
 
 func (s *Server) getExec(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	res, err := s.m.GetExec(r.Context(), p, r.PathValue("id"), r.PathValue("eid"))
+	res, err := s.execs.GetExec(r.Context(), p, r.PathValue("id"), r.PathValue("eid"))
 	if err != nil {
 		return err
 	}
@@ -201,7 +201,7 @@ func (s *Server) execEvents(w http.ResponseWriter, r *http.Request, p auth.Princ
 		}
 		from = n
 	}
-	sub, err := s.m.Events(r.Context(), p, r.PathValue("id"), r.PathValue("eid"), from)
+	sub, err := s.execs.Events(r.Context(), p, r.PathValue("id"), r.PathValue("eid"), from)
 	if err != nil {
 		return err
 	}
@@ -218,7 +218,7 @@ func (s *Server) stdin(w http.ResponseWriter, r *http.Request, p auth.Principal)
 		return errf(errdefs.ErrTooLarge, fmt.Sprintf("stdin body exceeds %d bytes", s.cfg.MaxUploadBytes))
 	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
-	n, err := s.m.WriteStdin(r.Context(), p, r.PathValue("id"), r.PathValue("eid"), body, eof)
+	n, err := s.execs.WriteStdin(r.Context(), p, r.PathValue("id"), r.PathValue("eid"), body, eof)
 	if err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ func (s *Server) signal(w http.ResponseWriter, r *http.Request, p auth.Principal
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
-	if err := s.m.Signal(r.Context(), p, r.PathValue("id"), r.PathValue("eid"), req.Signal); err != nil {
+	if err := s.execs.Signal(r.Context(), p, r.PathValue("id"), r.PathValue("eid"), req.Signal); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -53,7 +53,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, p auth.Principa
 		err error
 	)
 	if sb := takeUpload(w, r); sb != nil {
-		res, err = s.m.WriteFile(r.Context(), p, r.PathValue("id"), q.Get("path"), q.Get("user"), mode, sb, max)
+		res, err = s.files.WriteFile(r.Context(), p, r.PathValue("id"), q.Get("path"), q.Get("user"), mode, sb, max)
 		if ab, ok := r.Body.(*auditBody); ok {
 			ab.n += sb.Consumed()
 		}
@@ -66,9 +66,9 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, p auth.Principa
 	}
 	body := http.MaxBytesReader(w, r.Body, max)
 	if isTar(r) {
-		res, err = s.m.TarIn(r.Context(), p, r.PathValue("id"), q.Get("path"), q.Get("user"), body)
+		res, err = s.files.TarIn(r.Context(), p, r.PathValue("id"), q.Get("path"), q.Get("user"), body)
 	} else {
-		res, err = s.m.WriteFile(r.Context(), p, r.PathValue("id"), q.Get("path"), q.Get("user"), mode, body, max)
+		res, err = s.files.WriteFile(r.Context(), p, r.PathValue("id"), q.Get("path"), q.Get("user"), mode, body, max)
 	}
 	if err != nil {
 		return err
@@ -81,7 +81,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, p auth.Principa
 // getFile sends the file at ?path=, or a directory as a tar stream.
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	q := r.URL.Query()
-	rc, fi, err := s.m.ReadFile(r.Context(), p, r.PathValue("id"), q.Get("path"), q.Get("user"))
+	rc, fi, err := s.files.ReadFile(r.Context(), p, r.PathValue("id"), q.Get("path"), q.Get("user"))
 	if err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func (s *Server) fsList(w http.ResponseWriter, r *http.Request, p auth.Principal
 	if pth == "" {
 		pth = "/"
 	}
-	out, err := s.m.ListFiles(r.Context(), p, r.PathValue("id"), pth, q.Get("user"), depth)
+	out, err := s.files.ListFiles(r.Context(), p, r.PathValue("id"), pth, q.Get("user"), depth)
 	if err != nil {
 		return err
 	}
@@ -129,7 +129,7 @@ func (s *Server) fsList(w http.ResponseWriter, r *http.Request, p auth.Principal
 
 func (s *Server) fsStat(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	q := r.URL.Query()
-	fi, err := s.m.StatFile(r.Context(), p, r.PathValue("id"), q.Get("path"), q.Get("user"))
+	fi, err := s.files.StatFile(r.Context(), p, r.PathValue("id"), q.Get("path"), q.Get("user"))
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func (s *Server) fsMkdir(w http.ResponseWriter, r *http.Request, p auth.Principa
 		return err
 	}
 	parents := req.Parents == nil || *req.Parents
-	fi, err := s.m.Mkdir(r.Context(), p, r.PathValue("id"), req.Path, req.User, parents)
+	fi, err := s.files.Mkdir(r.Context(), p, r.PathValue("id"), req.Path, req.User, parents)
 	if err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func (s *Server) fsMove(w http.ResponseWriter, r *http.Request, p auth.Principal
 	if err := decodePathJSON(w, r, &req); err != nil {
 		return err
 	}
-	fi, err := s.m.Move(r.Context(), p, r.PathValue("id"), req.From, req.To, req.User)
+	fi, err := s.files.Move(r.Context(), p, r.PathValue("id"), req.From, req.To, req.User)
 	if err != nil {
 		return err
 	}
@@ -170,7 +170,7 @@ func (s *Server) fsRemove(w http.ResponseWriter, r *http.Request, p auth.Princip
 	if err != nil {
 		return err
 	}
-	if err := s.m.RemoveFile(r.Context(), p, r.PathValue("id"), q.Get("path"), q.Get("user"), recursive); err != nil {
+	if err := s.files.RemoveFile(r.Context(), p, r.PathValue("id"), q.Get("path"), q.Get("user"), recursive); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

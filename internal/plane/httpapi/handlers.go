@@ -21,7 +21,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
-	if err := s.m.Ready(r.Context()); err != nil {
+	if err := s.sandboxes.Ready(r.Context()); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -29,7 +29,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	info := s.m.Info(r.Context(), s.cfg.Version)
+	info := s.sandboxes.Info(r.Context(), s.cfg.Version)
 	if p.Admin {
 		info.Host = s.cfg.Host
 	}
@@ -97,7 +97,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p auth.Pr
 	if err := decodeJSON(w, r, &req, true); err != nil {
 		return err
 	}
-	res, err := s.m.Create(r.Context(), p, req, r.Header.Get("Idempotency-Key"))
+	res, err := s.sandboxes.Create(r.Context(), p, req, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}
@@ -131,7 +131,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, p auth.Pr
 	if f.Limit, err = queryInt(r, "limit", 0); err != nil {
 		return err
 	}
-	out, err := s.m.List(r.Context(), p, f)
+	out, err := s.sandboxes.List(r.Context(), p, f)
 	if err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, p auth.Pr
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	sb, err := s.m.Get(r.Context(), p, r.PathValue("id"))
+	sb, err := s.sandboxes.Get(r.Context(), p, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, p auth.Princ
 }
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	if err := s.m.Delete(r.Context(), p, r.PathValue("id")); err != nil {
+	if err := s.sandboxes.Delete(r.Context(), p, r.PathValue("id")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -161,7 +161,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, p auth.Princ
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
-	sb, err := s.m.SetTimeout(r.Context(), p, r.PathValue("id"), req.TimeoutS)
+	sb, err := s.sandboxes.SetTimeout(r.Context(), p, r.PathValue("id"), req.TimeoutS)
 	if err != nil {
 		return err
 	}
@@ -170,7 +170,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, p auth.Princ
 }
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	sb, err := s.m.Pause(r.Context(), p, r.PathValue("id"))
+	sb, err := s.sandboxes.Pause(r.Context(), p, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -179,7 +179,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, p auth.Principal)
 }
 
 func (s *Server) resume(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	sb, err := s.m.Resume(r.Context(), p, r.PathValue("id"))
+	sb, err := s.sandboxes.Resume(r.Context(), p, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request, p auth.P
 	if err != nil {
 		return err
 	}
-	mt, err := s.m.MetricsSeries(r.Context(), p, r.PathValue("id"), since)
+	mt, err := s.accounting.MetricsSeries(r.Context(), p, r.PathValue("id"), since)
 	if err != nil {
 		return err
 	}
@@ -212,7 +212,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request, p auth.Principal)
 		return err
 	}
 	q := r.URL.Query()
-	rep, err := s.m.Usage(r.Context(), p, q.Get("tenant"), from, to, q.Get("group_by"))
+	rep, err := s.accounting.Usage(r.Context(), p, q.Get("tenant"), from, to, q.Get("group_by"))
 	if err != nil {
 		return err
 	}

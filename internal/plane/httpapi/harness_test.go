@@ -24,6 +24,7 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/plane/httpapi"
+	"github.com/airlockhq/airlock/internal/service"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/service/servicetest"
 	"github.com/airlockhq/airlock/internal/store"
@@ -62,7 +63,7 @@ type harness struct {
 	st       *store.Store
 	auth     *auth.Authenticator
 	drv      *servicetest.Driver
-	m        *sandbox.Manager
+	svc      *service.Set
 	srv      *httpapi.Server
 	ts       *httptest.Server
 	url      string
@@ -166,7 +167,7 @@ func (h *harness) start() {
 		obs = h.metrics
 	}
 	h.attr = sandbox.NewAttribution(sandbox.AttributionConfig{Audit: h.rec, Registries: h.regs, Logger: testLog, Now: h.clock.Now})
-	m, err := sandbox.New(sandbox.Config{
+	svc, err := service.New(service.Config{
 		Observer: obs, SampleInterval: h.sampleEvery, Attribution: h.attr,
 		Settings: h.settings, Store: h.st, Drivers: []driver.Driver{h.drv},
 		Templates: servicetest.Templates{"base": {{Name: "base", Version: 1}, {Name: "base", Version: 2}}},
@@ -178,11 +179,13 @@ func (h *harness) start() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if err := m.Start(context.Background()); err != nil {
+	if err := svc.Start(context.Background()); err != nil {
 		h.t.Fatal(err)
 	}
-	h.m = m
-	h.srv = httpapi.New(httpapi.Config{Manager: m, Auth: h.auth, Logger: testLog, Version: "test",
+	h.svc = svc
+	h.srv = httpapi.New(httpapi.Config{Auth: h.auth, Logger: testLog, Version: "test",
+		Sandboxes: svc.Sandboxes, Execs: svc.Execs, Files: svc.Files, Networks: svc.Networks,
+		Previews: svc.Previews, Accounting: svc.Accounting, Templates: svc.Templates,
 		Host:           &api.HostInfo{Slot: 3, NftTable: "airlock_3", VethPrefix: "al3v", Subnet: "10.230.32.0/20", CgroupParent: "airlock/slot3"},
 		MaxUploadBytes: h.maxUp, Heartbeat: 200 * time.Millisecond, Audit: h.rec, Metrics: h.metrics, E2B: h.e2b})
 	h.ts = httptest.NewServer(h.srv.Handler())
@@ -197,7 +200,7 @@ func (h *harness) stop() {
 	}
 	h.srv.CloseStreams()
 	h.ts.Close()
-	h.m.Close()
+	h.svc.Close()
 	h.ts = nil
 }
 

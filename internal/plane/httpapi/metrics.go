@@ -27,7 +27,7 @@ type Metrics struct {
 	sbErrors *prometheus.CounterVec
 
 	mu    sync.Mutex
-	m     *sandbox.Manager
+	m     gauges
 	audit *audit.Recorder
 }
 
@@ -104,7 +104,13 @@ func (mt *Metrics) observeRequest(method, route string, status int, d time.Durat
 	mt.requests.WithLabelValues(method, route, strconv.Itoa(status)).Observe(d.Seconds())
 }
 
-func (mt *Metrics) watchManager(m *sandbox.Manager) {
+// gauges is what the state collector reads of the sandboxes.
+type gauges interface {
+	SandboxCounts() []sandbox.SandboxCount
+	Capacity() (max, used int)
+}
+
+func (mt *Metrics) watchSandboxes(m gauges) {
 	mt.mu.Lock()
 	mt.m = m
 	mt.mu.Unlock()

@@ -19,7 +19,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, p auth.Pr
 		// An empty body is not "no network": it is a policy that says nothing.
 		return errf(errdefs.ErrInvalidArgument, "network mode is required: none, allowlist or open")
 	}
-	sb, err := s.m.UpdateNetwork(r.Context(), p, r.PathValue("id"), req)
+	sb, err := s.sandboxes.UpdateNetwork(r.Context(), p, r.PathValue("id"), req)
 	if err != nil {
 		return err
 	}
@@ -29,7 +29,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, p auth.Pr
 
 // getTenantNetwork serves GET /v1/tenants/{tenant}/network.
 func (s *Server) getTenantNetwork(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	out, err := s.m.TenantNetwork(r.Context(), p, r.PathValue("tenant"))
+	out, err := s.networks.TenantNetwork(r.Context(), p, r.PathValue("tenant"))
 	if err != nil {
 		return err
 	}
@@ -44,7 +44,7 @@ func (s *Server) putTenantNetwork(w http.ResponseWriter, r *http.Request, p auth
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
-	out, err := s.m.SetTenantNetwork(r.Context(), p, r.PathValue("tenant"), &req)
+	out, err := s.networks.SetTenantNetwork(r.Context(), p, r.PathValue("tenant"), &req)
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func (s *Server) putTenantNetwork(w http.ResponseWriter, r *http.Request, p auth
 // deleteTenantNetwork serves DELETE /v1/tenants/{tenant}/network (admin):
 // the tenant's sandboxes get the server's default again.
 func (s *Server) deleteTenantNetwork(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	if _, err := s.m.SetTenantNetwork(r.Context(), p, r.PathValue("tenant"), nil); err != nil {
+	if _, err := s.networks.SetTenantNetwork(r.Context(), p, r.PathValue("tenant"), nil); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -24,7 +24,7 @@ func (s *Server) createPreview(w http.ResponseWriter, r *http.Request, p auth.Pr
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
-	out, err := s.m.CreatePreview(r.Context(), p, r.PathValue("id"), req)
+	out, err := s.previews.CreatePreview(r.Context(), p, r.PathValue("id"), req)
 	if err != nil {
 		return err
 	}
@@ -34,7 +34,7 @@ func (s *Server) createPreview(w http.ResponseWriter, r *http.Request, p auth.Pr
 
 // listPreviews serves GET /v1/sandboxes/{id}/previews.
 func (s *Server) listPreviews(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	out, err := s.m.ListPreviews(r.Context(), p, r.PathValue("id"))
+	out, err := s.previews.ListPreviews(r.Context(), p, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -48,7 +48,7 @@ func (s *Server) deletePreview(w http.ResponseWriter, r *http.Request, p auth.Pr
 	if err != nil || port < 1 || port > 65535 {
 		return errf(errdefs.ErrInvalidArgument, "port must be 1-65535")
 	}
-	if err := s.m.DeletePreview(r.Context(), p, r.PathValue("id"), port); err != nil {
+	if err := s.previews.DeletePreview(r.Context(), p, r.PathValue("id"), port); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -68,7 +68,7 @@ func TestPreviewsSurviveRestart(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tg, err := h.m.PreviewBackend().PreviewTarget(ctx, tc.id, tc.port)
+			tg, err := h.svc.Previews.PreviewBackend().PreviewTarget(ctx, tc.id, tc.port)
 			if tc.wantNotFoundSbx {
 				if err == nil {
 					t.Fatalf("target of a deleted sandbox: %+v", tg)

@@ -56,7 +56,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request, p auth.Principal) e
 		// anyway: a sandbox that is not the caller's is still 404): a plain
 		// GET gets the API's error body, not the WebSocket library's
 		// text/plain answer.
-		if _, err := s.m.Get(r.Context(), p, r.PathValue("id")); err != nil {
+		if _, err := s.sandboxes.Get(r.Context(), p, r.PathValue("id")); err != nil {
 			return err
 		}
 		return errf(errdefs.ErrInvalidArgument,
@@ -64,7 +64,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request, p auth.Principal) e
 	}
 	// Start the command before upgrading, so that a bad request still gets
 	// the API's error body rather than a closed socket.
-	e, err := s.m.Exec(r.Context(), p, r.PathValue("id"), req, sandbox.ExecOptions{StdinOpen: true, PTYSize: size})
+	e, err := s.execs.Exec(r.Context(), p, r.PathValue("id"), req, sandbox.ExecOptions{StdinOpen: true, PTYSize: size})
 	if err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request, p auth.Principal) e
 	conn, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		// Accept wrote the HTTP error itself; nobody will use the terminal.
-		s.m.Signal(context.WithoutCancel(r.Context()), p, id, eid, "SIGKILL")
+		s.execs.Signal(context.WithoutCancel(r.Context()), p, id, eid, "SIGKILL")
 		return nil
 	}
 	conn.SetReadLimit(maxPTYFrame)
@@ -91,14 +91,14 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request, p auth.Principal) e
 				if ctx.Err() == nil || websocket.CloseStatus(err) != -1 {
 					// The client hung up: like a terminal, send SIGHUP.
 					hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-					s.m.Signal(hctx, p, id, eid, "SIGHUP")
+					s.execs.Signal(hctx, p, id, eid, "SIGHUP")
 					hcancel()
 				}
 				return
 			}
 			switch typ {
 			case websocket.MessageBinary:
-				if _, err := s.m.WriteStdin(ctx, p, id, eid, bytes.NewReader(data), false); err != nil {
+				if _, err := s.execs.WriteStdin(ctx, p, id, eid, bytes.NewReader(data), false); err != nil {
 					log.Debug("pty stdin", "err", err)
 				}
 			case websocket.MessageText:
@@ -107,7 +107,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request, p auth.Principal) e
 					conn.Close(websocket.StatusUnsupportedData, "text frames must be {\"resize\":{\"cols\":N,\"rows\":N}}")
 					return
 				}
-				if err := s.m.Resize(ctx, p, id, eid, rz.Resize.Cols, rz.Resize.Rows); err != nil {
+				if err := s.execs.Resize(ctx, p, id, eid, rz.Resize.Cols, rz.Resize.Rows); err != nil {
 					log.Debug("pty resize", "err", err)
 				}
 			}

@@ -20,13 +20,20 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/errdefs/edge"
-	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 // Config configures a Server.
 type Config struct {
-	// Manager runs the sandboxes. Required.
-	Manager *sandbox.Manager
+	// Sandboxes, Execs, Files, Networks, Previews, Accounting and
+	// Templates are the services the routes serve (services.go).
+	// Required.
+	Sandboxes  Sandboxes
+	Execs      Execs
+	Files      Files
+	Networks   TenantNetworks
+	Previews   Previews
+	Accounting Accounting
+	Templates  Templates
 	// Auth checks API keys. Required.
 	Auth *auth.Authenticator
 	// Metrics records request and exec metrics; nil makes a private one.
@@ -64,14 +71,20 @@ const DefaultAuthFailureDelay = 200 * time.Millisecond
 
 // Server is the HTTP API.
 type Server struct {
-	cfg     Config
-	m       *sandbox.Manager
-	auth    *auth.Authenticator
-	metrics *Metrics
-	log     *slog.Logger
-	mux     *http.ServeMux
-	routes  []string
-	handler http.Handler
+	cfg        Config
+	sandboxes  Sandboxes
+	execs      Execs
+	files      Files
+	networks   TenantNetworks
+	previews   Previews
+	accounting Accounting
+	templates  Templates
+	auth       *auth.Authenticator
+	metrics    *Metrics
+	log        *slog.Logger
+	mux        *http.ServeMux
+	routes     []string
+	handler    http.Handler
 
 	// streams is cancelled by CloseStreams: long-lived responses (SSE,
 	// terminals) watch it so that shutdown does not wait for them.
@@ -97,11 +110,12 @@ func New(cfg Config) *Server {
 		cfg.AuthFailureDelay = DefaultAuthFailureDelay
 	}
 	s := &Server{
-		cfg: cfg, m: cfg.Manager, auth: cfg.Auth, metrics: cfg.Metrics,
-		log: cfg.Logger, mux: http.NewServeMux(),
+		cfg: cfg, auth: cfg.Auth, metrics: cfg.Metrics, log: cfg.Logger, mux: http.NewServeMux(),
+		sandboxes: cfg.Sandboxes, execs: cfg.Execs, files: cfg.Files, networks: cfg.Networks,
+		previews: cfg.Previews, accounting: cfg.Accounting, templates: cfg.Templates,
 	}
 	s.streams, s.closeStreams = context.WithCancel(context.Background())
-	cfg.Metrics.watchManager(cfg.Manager)
+	cfg.Metrics.watchSandboxes(cfg.Sandboxes)
 	cfg.Metrics.watchAudit(cfg.Audit)
 	s.register()
 	s.handler = s.withRequest(s.e2bPlane(s.mux))

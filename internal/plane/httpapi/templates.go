@@ -48,7 +48,7 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request, p auth.P
 	if err != nil {
 		return err
 	}
-	started, err := s.m.BuildTemplate(r.Context(), p, req, contextPath, imagePath)
+	started, err := s.templates.BuildTemplate(r.Context(), p, req, contextPath, imagePath)
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func (s *Server) readBuildJSON(w http.ResponseWriter, r *http.Request) (api.Temp
 	if req.ContextTarB64 == nil || *req.ContextTarB64 == "" {
 		return req, "", nil
 	}
-	f, err := s.m.TemplateUpload()
+	f, err := s.templates.TemplateUpload()
 	if err != nil {
 		return req, "", err
 	}
@@ -210,7 +210,7 @@ func readField(part *multipart.Part) (string, error) {
 
 // savePart streams an upload part into an upload file.
 func (s *Server) savePart(part *multipart.Part, name string) (string, error) {
-	f, err := s.m.TemplateUpload()
+	f, err := s.templates.TemplateUpload()
 	if err != nil {
 		return "", err
 	}
@@ -240,7 +240,7 @@ func truncateText(s string, n int) string {
 }
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	out, err := s.m.ListTemplates(r.Context(), p)
+	out, err := s.templates.ListTemplates(r.Context(), p)
 	if err != nil {
 		return err
 	}
@@ -249,7 +249,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, p auth.Pr
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	t, err := s.m.GetTemplate(r.Context(), p, r.PathValue("name"))
+	t, err := s.templates.GetTemplate(r.Context(), p, r.PathValue("name"))
 	if err != nil {
 		return err
 	}
@@ -258,7 +258,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, p auth.Prin
 }
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	if err := s.m.DeleteTemplate(r.Context(), p, r.PathValue("name")); err != nil {
+	if err := s.templates.DeleteTemplate(r.Context(), p, r.PathValue("name")); err != nil {
 		return err
 	}
 	logFrom(r.Context()).Info("template deleted", "template", r.PathValue("name"))
@@ -272,7 +272,7 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, p auth.P
 func (s *Server) getTemplateBuild(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	id := r.PathValue("id")
 	if !wantsSSE(r) {
-		b, err := s.m.TemplateBuild(r.Context(), p, id)
+		b, err := s.templates.TemplateBuild(r.Context(), p, id)
 		if err != nil {
 			return err
 		}
@@ -291,7 +291,7 @@ func (s *Server) getTemplateBuild(w http.ResponseWriter, r *http.Request, p auth
 		}
 		from = n
 	}
-	f, err := s.m.FollowTemplateBuild(r.Context(), p, id, from)
+	f, err := s.templates.FollowTemplateBuild(r.Context(), p, id, from)
 	if err != nil {
 		return err
 	}
@@ -304,7 +304,7 @@ func (s *Server) getTemplateBuild(w http.ResponseWriter, r *http.Request, p auth
 			return nil // the client left; the build goes on
 		}
 		if done {
-			b, err := s.m.TemplateBuild(ctx, p, id)
+			b, err := s.templates.TemplateBuild(ctx, p, id)
 			if err != nil {
 				return nil
 			}

@@ -12,7 +12,7 @@ import (
 // the daemon's configuration, so the limit follows it wherever a Server is
 // made).
 func (s *Server) registerTenancy(a, admin func(handlerFunc) http.Handler) {
-	cfg := s.m.Settings()
+	cfg := s.sandboxes.Settings()
 	s.auth.SetDefaultRateLimit(auth.RateLimit{RPS: cfg.KeyRateLimitRPS, Burst: cfg.KeyRateLimitBurst})
 
 	s.handle("GET /v1/tenants/{tenant}/quotas", a(s.getTenantQuotas))
@@ -23,7 +23,7 @@ func (s *Server) registerTenancy(a, admin func(handlerFunc) http.Handler) {
 // getTenantQuotas serves GET /v1/tenants/{tenant}/quotas: the tenant's
 // quota and its usage now. A tenant key reads its own tenant's only.
 func (s *Server) getTenantQuotas(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	out, err := s.m.TenantQuotas(r.Context(), p, r.PathValue("tenant"))
+	out, err := s.accounting.TenantQuotas(r.Context(), p, r.PathValue("tenant"))
 	if err != nil {
 		return err
 	}
@@ -38,7 +38,7 @@ func (s *Server) putTenantQuotas(w http.ResponseWriter, r *http.Request, p auth.
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
-	out, err := s.m.SetTenantQuotas(r.Context(), p, r.PathValue("tenant"), &req)
+	out, err := s.accounting.SetTenantQuotas(r.Context(), p, r.PathValue("tenant"), &req)
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func (s *Server) putTenantQuotas(w http.ResponseWriter, r *http.Request, p auth.
 // deleteTenantQuotas serves DELETE /v1/tenants/{tenant}/quotas (admin):
 // the tenant gets the default quota again.
 func (s *Server) deleteTenantQuotas(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	if _, err := s.m.SetTenantQuotas(r.Context(), p, r.PathValue("tenant"), nil); err != nil {
+	if _, err := s.accounting.SetTenantQuotas(r.Context(), p, r.PathValue("tenant"), nil); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -50,7 +50,7 @@ func (s *Server) fsWatch(w http.ResponseWriter, r *http.Request, p auth.Principa
 	q := r.URL.Query()
 	ctx, cancel := s.streamContext(r)
 	defer cancel()
-	fw, err := s.m.WatchDir(ctx, p, r.PathValue("id"), q.Get("path"), q.Get("user"), recursive)
+	fw, err := s.files.WatchDir(ctx, p, r.PathValue("id"), q.Get("path"), q.Get("user"), recursive)
 	if err != nil {
 		return err
 	}

@@ -107,8 +107,11 @@ func (m *Manager) TemplateBuild(ctx context.Context, p auth.Principal, id string
 	return v, templateErr(err)
 }
 
+// LogFollower reads a template build's log as it is written.
+type LogFollower = build.LogFollower
+
 // FollowTemplateBuild returns a reader of build id's log from offset from.
-func (m *Manager) FollowTemplateBuild(ctx context.Context, p auth.Principal, id string, from int64) (*build.LogFollower, error) {
+func (m *Manager) FollowTemplateBuild(ctx context.Context, p auth.Principal, id string, from int64) (*LogFollower, error) {
 	b, err := m.builder()
 	if err != nil {
 		return nil, err

@@ -1,0 +1,117 @@
+// Package service wires airlock's services in the one order they can be made: the policies the sandbox
+// lifecycle consults first, then the lifecycle (internal/service/sandbox), then the services that work on
+// its live sandboxes. The daemon and the tests that need the whole service graph over a driver use it;
+// the planes (internal/plane/…) take the services it makes through interfaces of their own.
+package service
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/build"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/service/code"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Config is what the services need: the daemon's settings, the store, the
+// drivers, the template catalog and builder, the network backend, and the
+// sinks of their events. Settings, Store, Drivers and Templates are
+// required.
+type Config struct {
+	// Settings are the daemon's limits and defaults; PreviewListen is the
+	// preview listener as bound ("" when previews are off).
+	Settings config.Config
+	Store    *store.Store
+	// Drivers are the runtimes of this host.
+	Drivers []driver.Driver
+	// Templates resolves template references without a builder (tests).
+	Templates sandbox.Templates
+	// Builder, when set, builds and catalogs templates.
+	Builder *build.Builder
+	// Network is the sandbox network backend (sandbox.NetworkOf); nil
+	// gives sandboxes loopback only.
+	Network sandbox.Network
+	// Registries are the package registry sets Network enforces.
+	Registries map[string][]string
+	// DefaultNetworkMode is the mode of a create that names none.
+	DefaultNetworkMode string
+	// Audit receives the audit trail; nil records nothing.
+	Audit *audit.Recorder
+	// Attribution is the sink of the network side's events, made before
+	// the network backend (default: one of the services' own).
+	Attribution *sandbox.Attribution
+	// Observer is told of creates, execs and agent calls (metrics).
+	Observer sandbox.Observer
+	// Logger and Now default to slog.Default() and time.Now.
+	Logger *slog.Logger
+	Now    func() time.Time
+	// SecretsKeyPath is the key sealing secrets at rest (default in the
+	// data dir).
+	SecretsKeyPath string
+	// Timing overrides (tests shorten them); zero keeps the defaults.
+	TickInterval, SweepInterval, AgentDialTimeout, CreateTimeout, ExecRetention, SampleInterval time.Duration
+}
+
+// Set is the services of one daemon. The fields are the services the
+// planes take; each implements the planes' interfaces of its concern.
+type Set struct {
+	Sandboxes  *sandbox.Manager
+	Execs      *sandbox.Manager
+	Files      *sandbox.Manager
+	Networks   *sandbox.Manager
+	Previews   *sandbox.Manager
+	Accounting *sandbox.Manager
+	Templates  *sandbox.Manager
+	Code       *code.Service
+
+	closers []func()
+}
+
+// New makes the services of cfg. Call Start before use and Close after.
+func New(cfg Config) (*Set, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m, err := sandbox.New(sandbox.Config{
+		Settings: cfg.Settings, Store: cfg.Store, Drivers: cfg.Drivers, Templates: cfg.Templates, Builder: cfg.Builder,
+		SecretsKeyPath: cfg.SecretsKeyPath, Logger: cfg.Logger, Now: cfg.Now,
+		TickInterval: cfg.TickInterval, SweepInterval: cfg.SweepInterval, AgentDialTimeout: cfg.AgentDialTimeout,
+		CreateTimeout: cfg.CreateTimeout, ExecRetention: cfg.ExecRetention, SampleInterval: cfg.SampleInterval,
+		Network: cfg.Network, Registries: cfg.Registries, DefaultNetworkMode: cfg.DefaultNetworkMode,
+		Audit: cfg.Audit, Attribution: cfg.Attribution, Observer: cfg.Observer,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The code interpreter is one per daemon: it kills the kernels it
+	// does not know.
+	c := code.New(code.Config{Backend: code.ManagerBackend(m), Logger: cfg.Logger.With("component", "code"), Now: cfg.Now})
+	s := &Set{
+		Sandboxes: m, Execs: m, Files: m, Networks: m, Previews: m, Accounting: m, Templates: m, Code: c,
+	}
+	// Closed in reverse: the code interpreter's kernels before the
+	// sandboxes' agent connections.
+	s.closers = []func(){func() { m.Close() }, c.Close}
+	return s, nil
+}
+
+// Start re-adopts the sandboxes an earlier daemon left and starts the
+// background work (TTLs, liveness, sampling). It returns once recovery is
+// done.
+func (s *Set) Start(ctx context.Context) error {
+	return s.Sandboxes.Start(ctx)
+}
+
+// Close stops the services; sandboxes keep running for the next daemon.
+func (s *Set) Close() error {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+	return nil
+}
