@@ -60,13 +60,13 @@ type Config struct {
 // Set is the services of one daemon. The fields are the services the
 // planes take; each implements the planes' interfaces of its concern.
 type Set struct {
-	Sandboxes  *sandbox.Manager
-	Execs      *sandbox.Manager
-	Files      *sandbox.Manager
-	Networks   *sandbox.Manager
-	Previews   *sandbox.Manager
-	Accounting *sandbox.Manager
-	Templates  *sandbox.Manager
+	Sandboxes  *sandbox.Service
+	Execs      *sandbox.Service
+	Files      *sandbox.Service
+	Networks   *sandbox.Service
+	Previews   *sandbox.Service
+	Accounting *sandbox.Service
+	Templates  *sandbox.Service
 	Code       *code.Service
 
 	closers []func()

@@ -44,7 +44,7 @@ type e2e struct {
 	st      *store.Store
 	auth    *auth.Authenticator
 	drv     *runc.Driver
-	m       *sandbox.Manager
+	m       *sandbox.Service
 	svc     *service.Set
 	srv     *httpapi.Server
 	ts      *httptest.Server

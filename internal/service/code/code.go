@@ -101,9 +101,9 @@ type Backend interface {
 }
 
 // ManagerBackend returns the Backend of the real sandbox manager.
-func ManagerBackend(m *sandbox.Manager) Backend { return mgrBackend{m} }
+func ManagerBackend(m *sandbox.Service) Backend { return mgrBackend{m} }
 
-type mgrBackend struct{ m *sandbox.Manager }
+type mgrBackend struct{ m *sandbox.Service }
 
 func (b mgrBackend) Start(ctx context.Context, p auth.Principal, id string, spec sandbox.CodeProcessSpec) (Process, error) {
 	cp, err := b.m.StartCodeProcess(ctx, p, id, spec)

@@ -19,7 +19,7 @@ const redialAttempts = 3
 
 // agent returns the sandbox's agent client, dialling (again) when there is
 // none or the last one dropped.
-func (sb *sandbox) agent(ctx context.Context) (*agentclient.Client, error) {
+func (sb *Live) agent(ctx context.Context) (*agentclient.Client, error) {
 	sb.dialMu.Lock()
 	defer sb.dialMu.Unlock()
 	if c := sb.client; c != nil {
@@ -61,7 +61,7 @@ func (sb *sandbox) agent(ctx context.Context) (*agentclient.Client, error) {
 }
 
 // closeClient closes the agent connection (the agent keeps running).
-func (sb *sandbox) closeClient() {
+func (sb *Live) closeClient() {
 	sb.dialMu.Lock()
 	c := sb.client
 	sb.client = nil
@@ -74,7 +74,7 @@ func (sb *sandbox) closeClient() {
 // watch waits for the agent connection to drop. The agent is the sandbox's
 // init, so a drop usually means the sandbox died: check, and either report
 // the crash or reconnect.
-func (sb *sandbox) watch(c *agentclient.Client) {
+func (sb *Live) watch(c *agentclient.Client) {
 	m := sb.m
 	select {
 	case <-c.Done():
@@ -125,7 +125,7 @@ func (sb *sandbox) watch(c *agentclient.Client) {
 // withAgent runs fn with the sandbox's agent client. If the call fails
 // because the connection dropped, it redials once and runs fn again: every
 // call passed here must be safe to repeat.
-func (sb *sandbox) withAgent(ctx context.Context, fn func(*agentclient.Client) error) error {
+func (sb *Live) withAgent(ctx context.Context, fn func(*agentclient.Client) error) error {
 	for attempt := 0; ; attempt++ {
 		c, err := sb.agent(ctx)
 		if err != nil {

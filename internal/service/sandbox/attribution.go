@@ -114,7 +114,7 @@ func (a *Attribution) set(id string, o owner) {
 }
 
 // live records that sandbox sb of the manager is live.
-func (a *Attribution) live(sb *sandbox) {
+func (a *Attribution) live(sb *Live) {
 	sb.mu.Lock()
 	tmpl := sb.rec.Template
 	sb.mu.Unlock()
@@ -123,7 +123,7 @@ func (a *Attribution) live(sb *sandbox) {
 
 // gone records that sandbox sb stopped being live: its events stay
 // attributed for ownerRetention.
-func (a *Attribution) gone(sb *sandbox) {
+func (a *Attribution) gone(sb *Live) {
 	sb.mu.Lock()
 	tmpl := sb.rec.Template
 	sb.mu.Unlock()

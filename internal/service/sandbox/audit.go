@@ -16,14 +16,14 @@ import (
 const auditFlushTimeout = 2 * time.Second
 
 // redact is the sandbox's secrets' redactor for audit details.
-func (sb *sandbox) redact() audit.Redactor {
+func (sb *Live) redact() audit.Redactor {
 	return sb.red.Func()
 }
 
 // recordEvent queues an event of sandbox sb, tagged with the request of ctx.
 // detail's strings are redacted of the sandbox's secrets by the writer.
 // Call it without holding sb.mu.
-func (m *Manager) recordEvent(ctx context.Context, sb *sandbox, typ string, detail any) {
+func (m *Service) recordEvent(ctx context.Context, sb *Live, typ string, detail any) {
 	if m.audit == nil {
 		return
 	}
@@ -40,7 +40,7 @@ func (m *Manager) recordEvent(ctx context.Context, sb *sandbox, typ string, deta
 // ends it, and that write is its audit event (with the request that
 // started it, which the record keeps). Its argv and error are masked
 // already; masking again is harmless.
-func (m *Manager) finishExec(ctx context.Context, sb *sandbox, e store.Exec, events []byte) error {
+func (m *Service) finishExec(ctx context.Context, sb *Live, e store.Exec, events []byte) error {
 	rid, err := m.store.FinishExec(ctx, e, events)
 	if err != nil || m.audit == nil {
 		return err
@@ -65,7 +65,7 @@ func (m *Manager) finishExec(ctx context.Context, sb *sandbox, e store.Exec, eve
 // AuditFileOp records a file operation p asked for on sandbox id (the
 // server calls it once the operation answered). Nothing is recorded for a
 // sandbox p cannot see or that is not live.
-func (m *Manager) AuditFileOp(ctx context.Context, p auth.Principal, id string, d api.FileAuditDetail) {
+func (m *Service) AuditFileOp(ctx context.Context, p auth.Principal, id string, d api.FileAuditDetail) {
 	if m.audit == nil {
 		return
 	}
@@ -94,7 +94,7 @@ type AuditQuery struct {
 // AuditEvents returns one page of the audit trail p may see: its tenant's
 // events (every tenant's for an admin), oldest first. A sandbox of another
 // tenant yields nothing, like one that never existed.
-func (m *Manager) AuditEvents(ctx context.Context, p auth.Principal, q AuditQuery) (api.AuditList, error) {
+func (m *Service) AuditEvents(ctx context.Context, p auth.Principal, q AuditQuery) (api.AuditList, error) {
 	for _, t := range q.Types {
 		if !audit.ValidType(t) {
 			return api.AuditList{}, public(errInvalid, "unknown audit event type %q", truncate(t, 32))

@@ -67,8 +67,8 @@ type CodeProcessSpec struct {
 
 // CodeProcess is a running bridge of a code-interpreter context.
 type CodeProcess struct {
-	m      *Manager
-	sb     *sandbox
+	m      *Service
+	sb     *Live
 	id     string
 	c      *agentclient.Client
 	events io.Reader
@@ -82,7 +82,7 @@ type CodeProcess struct {
 // default user and returns once it is ready. A bridge that fails to start
 // returns an errdefs.ErrUnavailable error whose message holds the start of
 // its stderr.
-func (m *Manager) StartCodeProcess(ctx context.Context, p auth.Principal, id string, spec CodeProcessSpec) (*CodeProcess, error) {
+func (m *Service) StartCodeProcess(ctx context.Context, p auth.Principal, id string, spec CodeProcessSpec) (*CodeProcess, error) {
 	if !codeFIFORE.MatchString(spec.FIFO) || len(spec.Argv) == 0 {
 		return nil, fmt.Errorf("code process: bad spec: %w", errdefs.ErrInvalidArgument)
 	}
@@ -320,7 +320,7 @@ func (c *closingReader) Read(p []byte) (int, error) {
 
 // CodeSandboxGone returns a channel closed when sandbox id stops being
 // live, so that a code service can drop its contexts.
-func (m *Manager) CodeSandboxGone(ctx context.Context, p auth.Principal, id string) (<-chan struct{}, error) {
+func (m *Service) CodeSandboxGone(ctx context.Context, p auth.Principal, id string) (<-chan struct{}, error) {
 	sb, err := m.running(ctx, p, id)
 	if err != nil {
 		return nil, err
@@ -336,7 +336,7 @@ const codeExecPrefix = "cx_"
 // so after a restart their kernels only hold the sandbox's memory). Call
 // it before the first StartCodeProcess of a sandbox, from the one code
 // service of this manager.
-func (m *Manager) KillCodeProcesses(ctx context.Context, p auth.Principal, id string) error {
+func (m *Service) KillCodeProcesses(ctx context.Context, p auth.Principal, id string) error {
 	sb, err := m.running(ctx, p, id)
 	if err != nil {
 		return err
@@ -364,7 +364,7 @@ const codeAuditMax = 4 << 10
 
 // AuditCode records a code cell of sandbox id (its text with the sandbox's
 // secrets masked and cut to 4 KiB; never its output).
-func (m *Manager) AuditCode(ctx context.Context, p auth.Principal, id string, d api.CodeAuditDetail) {
+func (m *Service) AuditCode(ctx context.Context, p auth.Principal, id string, d api.CodeAuditDetail) {
 	m.mu.Lock()
 	sb := m.live[id]
 	m.mu.Unlock()

@@ -48,8 +48,8 @@ const (
 	maxMetaValueLen = 1024
 )
 
-// spec is the normalized create request as stored (secrets excluded).
-type spec struct {
+// Spec is the normalized create request as stored (secrets excluded).
+type Spec struct {
 	Template  string            `json:"template"`
 	Runtime   string            `json:"runtime"`
 	Resources api.Resources     `json:"resources"`
@@ -72,7 +72,7 @@ type spec struct {
 // execDefaults fills in the user and cwd of an exec that names none: the
 // template's USER and WORKDIR (as docker exec does), else the default
 // user, whose home the agent picks ("" cwd).
-func (sb *sandbox) execDefaults(user, cwd string) (string, string) {
+func (sb *Live) execDefaults(user, cwd string) (string, string) {
 	if user == "" {
 		user = sb.tmplUser
 	}
@@ -87,7 +87,7 @@ func (sb *sandbox) execDefaults(user, cwd string) (string, string) {
 
 // setExecDefaults takes the template's WORKDIR and USER from the stored
 // spec; values that an exec request could not name are ignored.
-func (sb *sandbox) setExecDefaults(sp spec) {
+func (sb *Live) setExecDefaults(sp Spec) {
 	if userRE.MatchString(sp.User) {
 		sb.tmplUser = sp.User
 	}
@@ -106,7 +106,7 @@ type CreateResult struct {
 // Create validates req, starts a sandbox for p's tenant and returns it once
 // its agent answered. idemKey is the Idempotency-Key header ("" for none).
 // On any failure nothing of the sandbox is left running.
-func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSandboxRequest, idemKey string) (_ CreateResult, err error) {
+func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSandboxRequest, idemKey string) (_ CreateResult, err error) {
 	ctx, span := startSpan(ctx, "manager.create", "")
 	defer func() { endSpan(span, err) }()
 	sp, drv, err := m.validateCreate(req)
@@ -173,7 +173,7 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		CreatedAt: now, ExpiresAt: now.Add(time.Duration(sp.TimeoutS) * time.Second), TimeoutS: sp.TimeoutS,
 		Metadata: req.Metadata,
 	}
-	sb := &sandbox{
+	sb := &Live{
 		id: id, tenant: p.Tenant, drv: drv, m: m, rec: rec, ready: make(chan struct{}),
 		secrets: envSecrets(sp, req.Secrets), env: sp.Env, red: redact.New(req.Secrets),
 		execs: map[string]*execTracker{}, gone: make(chan struct{}),
@@ -265,7 +265,7 @@ func (m *Manager) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 
 // bringUp runs the driver's create and start and waits for the agent.
 // With sp.SecretsAsFiles it then writes secrets into the sandbox as files.
-func (m *Manager) bringUp(ctx context.Context, sb *sandbox, sp spec, tmpl driver.Template, secrets map[string]string) error {
+func (m *Service) bringUp(ctx context.Context, sb *Live, sp Spec, tmpl driver.Template, secrets map[string]string) error {
 	dspec := driver.Spec{
 		ID:       sb.id,
 		Template: tmpl,
@@ -315,7 +315,7 @@ func (m *Manager) bringUp(ctx context.Context, sb *sandbox, sp spec, tmpl driver
 }
 
 // agentReady connects to the sandbox's agent and waits for its answer.
-func (m *Manager) agentReady(ctx context.Context, sb *sandbox) error {
+func (m *Service) agentReady(ctx context.Context, sb *Live) error {
 	c, err := sb.agent(ctx)
 	if err != nil {
 		return err
@@ -327,7 +327,7 @@ func (m *Manager) agentReady(ctx context.Context, sb *sandbox) error {
 }
 
 // failCreate tears down a sandbox whose create failed and records why.
-func (m *Manager) failCreate(ctx context.Context, sb *sandbox, cause error, idem *store.Idempotency) {
+func (m *Service) failCreate(ctx context.Context, sb *Live, cause error, idem *store.Idempotency) {
 	cctx, cancel := cleanupCtx(ctx)
 	defer cancel()
 	sb.markGone()
@@ -407,7 +407,7 @@ func createError(err error) error {
 // sandbox an earlier request with the same idempotency key made, if there
 // is one (that sandbox may be what fills the quota, and a retry must not
 // be told otherwise), else with refusal.
-func (m *Manager) refuseOrReplay(ctx context.Context, p auth.Principal, idem *store.Idempotency, refusal error) (CreateResult, error) {
+func (m *Service) refuseOrReplay(ctx context.Context, p auth.Principal, idem *store.Idempotency, refusal error) (CreateResult, error) {
 	if idem == nil {
 		return CreateResult{}, refusal
 	}
@@ -424,7 +424,7 @@ func (m *Manager) refuseOrReplay(ctx context.Context, p auth.Principal, idem *st
 
 // replay answers an idempotent retry: the sandbox the key created, once it
 // is ready.
-func (m *Manager) replay(ctx context.Context, p auth.Principal, existing *store.IdempotencyRecord, idem *store.Idempotency) (CreateResult, error) {
+func (m *Service) replay(ctx context.Context, p auth.Principal, existing *store.IdempotencyRecord, idem *store.Idempotency) (CreateResult, error) {
 	if existing.RequestHash != idem.RequestHash {
 		return CreateResult{}, public(errdefs.ErrConflict, "idempotency key was used with a different request")
 	}
@@ -446,9 +446,9 @@ func (m *Manager) replay(ctx context.Context, p auth.Principal, existing *store.
 }
 
 // validateCreate checks req against the limits and fills defaults.
-func (m *Manager) validateCreate(req api.CreateSandboxRequest) (spec, driver.Driver, error) {
+func (m *Service) validateCreate(req api.CreateSandboxRequest) (Spec, driver.Driver, error) {
 	s := m.settings
-	sp := spec{Template: req.Template, Runtime: req.Runtime, TimeoutS: s.DefaultTimeoutS}
+	sp := Spec{Template: req.Template, Runtime: req.Runtime, TimeoutS: s.DefaultTimeoutS}
 	if sp.Template == "" {
 		sp.Template = s.DefaultTemplate
 	}

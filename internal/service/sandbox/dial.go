@@ -47,7 +47,7 @@ func (n netManager) NetNSPathOf(id string) (string, bool) {
 // needs no route from the host. The sandbox must be running and p's
 // tenant's; another tenant's is not found. Previews and SDK port access
 // use it. Refused connections wrap errdefs.ErrUnavailable.
-func (m *Manager) DialSandbox(ctx context.Context, p auth.Principal, id string, port int) (net.Conn, error) {
+func (m *Service) DialSandbox(ctx context.Context, p auth.Principal, id string, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, public(errInvalid, "port %d is out of range", port)
 	}
@@ -77,8 +77,8 @@ func (m *Manager) DialSandbox(ctx context.Context, p auth.Principal, id string, 
 // sandboxNetNS opens sandbox sb's network namespace: the network backend's
 // bind mount when the sandbox joined one, else its init's through a pidfd
 // (so that a recycled pid can not lead into another process's namespace).
-func (m *Manager) sandboxNetNS(ctx context.Context, sb *sandbox) (*os.File, error) {
-	var sp spec
+func (m *Service) sandboxNetNS(ctx context.Context, sb *Live) (*os.File, error) {
+	var sp Spec
 	_ = json.Unmarshal(sb.snapshot().Spec, &sp)
 	if np, ok := m.net.(netNSPather); ok && sp.NetNS {
 		if path, ok := np.NetNSPathOf(sb.id); ok {

@@ -88,7 +88,7 @@ func (e *Exec) Wait(ctx context.Context) (api.ExecResult, error) {
 func (e *Exec) Result(withOutput bool) api.ExecResult { return e.t.view(withOutput) }
 
 // validateExec checks req and returns the agent request without env.
-func (m *Manager) validateExec(req api.ExecRequest) (agentproto.ExecRequest, error) {
+func (m *Service) validateExec(req api.ExecRequest) (agentproto.ExecRequest, error) {
 	var a agentproto.ExecRequest
 	switch {
 	case len(req.Cmd) > 0 && req.Shell != nil:
@@ -157,7 +157,7 @@ func (m *Manager) validateExec(req api.ExecRequest) (agentproto.ExecRequest, err
 
 // Exec starts a command in sandbox id. The returned Exec is followed to its
 // end whether or not the caller stays.
-func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api.ExecRequest, opts ExecOptions) (_ *Exec, err error) {
+func (m *Service) Exec(ctx context.Context, p auth.Principal, id string, req api.ExecRequest, opts ExecOptions) (_ *Exec, err error) {
 	// Spans hold ids only (no argv, env or output), so that tracing adds
 	// no per-exec allocation beyond the span itself.
 	ctx, span := startSpan(ctx, "manager.exec", id)
@@ -201,7 +201,7 @@ func (m *Manager) Exec(ctx context.Context, p auth.Principal, id string, req api
 	now := m.now().UTC()
 	rec := store.Exec{
 		ID: areq.ID, SandboxID: sb.id, Tenant: sb.tenant, User: areq.User,
-		Cwd: areq.Cwd, PTY: req.PTY, Status: api.ExecRunning, StartedAt: now, Template: sb.template(),
+		Cwd: areq.Cwd, PTY: req.PTY, Status: api.ExecRunning, StartedAt: now, Template: sb.Template(),
 	}
 	// A command line may carry a secret verbatim: the record keeps it masked.
 	if req.Cmd != nil {
@@ -314,8 +314,8 @@ func oomCounterOf(drv driver.Driver) func(context.Context, string) (uint64, erro
 // execTracker follows one exec: it reads the agent's events, redacts them,
 // keeps them for subscribers and records the outcome.
 type execTracker struct {
-	m        *Manager
-	sb       *sandbox
+	m        *Service
+	sb       *Live
 	id       string
 	timeout  time.Duration
 	oomBase  uint64
@@ -330,7 +330,7 @@ type execTracker struct {
 	done    chan struct{}
 }
 
-func newTracker(m *Manager, sb *sandbox, rec store.Exec, timeout time.Duration) *execTracker {
+func newTracker(m *Service, sb *Live, rec store.Exec, timeout time.Duration) *execTracker {
 	return &execTracker{
 		m: m, sb: sb, id: rec.ID, rec: rec, timeout: timeout,
 		out:    agentproto.NewOutputLog(min(m.settings.MaxExecOutputBytes, agentproto.HardMaxOutputBytes)),
@@ -704,7 +704,7 @@ func (t *execTracker) finish(res agentproto.ExecResult, code string) {
 }
 
 // tracker returns the in-memory tracker of exec eid, nil if none.
-func (sb *sandbox) tracker(eid string) *execTracker {
+func (sb *Live) tracker(eid string) *execTracker {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	return sb.execs[eid]
@@ -832,7 +832,7 @@ func (s *Subscription) Next(ctx context.Context, idle time.Duration) (ev Event, 
 
 // findExec returns the tracker of exec eid of sandbox id: the live one, or
 // one rebuilt from the store for an ended exec.
-func (m *Manager) findExec(ctx context.Context, p auth.Principal, id, eid string) (*execTracker, *sandbox, error) {
+func (m *Service) findExec(ctx context.Context, p auth.Principal, id, eid string) (*execTracker, *Live, error) {
 	m.mu.Lock()
 	sb := m.live[id]
 	m.mu.Unlock()
@@ -877,7 +877,7 @@ func (m *Manager) findExec(ctx context.Context, p auth.Principal, id, eid string
 }
 
 // GetExec returns exec eid of sandbox id, with its output once it ended.
-func (m *Manager) GetExec(ctx context.Context, p auth.Principal, id, eid string) (api.ExecResult, error) {
+func (m *Service) GetExec(ctx context.Context, p auth.Principal, id, eid string) (api.ExecResult, error) {
 	t, _, err := m.findExec(ctx, p, id, eid)
 	if err != nil {
 		return api.ExecResult{}, err
@@ -886,7 +886,7 @@ func (m *Manager) GetExec(ctx context.Context, p auth.Principal, id, eid string)
 }
 
 // ListExecs returns one page of sandbox id's exec records, newest first.
-func (m *Manager) ListExecs(ctx context.Context, p auth.Principal, id string, limit int, cursor string) (api.ExecList, error) {
+func (m *Service) ListExecs(ctx context.Context, p auth.Principal, id string, limit int, cursor string) (api.ExecList, error) {
 	if _, err := m.record(ctx, p, id); err != nil {
 		return api.ExecList{}, err
 	}
@@ -920,7 +920,7 @@ func (m *Manager) ListExecs(ctx context.Context, p auth.Principal, id string, li
 }
 
 // Events follows exec eid's output from offset from.
-func (m *Manager) Events(ctx context.Context, p auth.Principal, id, eid string, from int64) (*Subscription, error) {
+func (m *Service) Events(ctx context.Context, p auth.Principal, id, eid string, from int64) (*Subscription, error) {
 	if from < 0 {
 		return nil, public(errInvalid, "from_offset must not be negative")
 	}
@@ -932,7 +932,7 @@ func (m *Manager) Events(ctx context.Context, p auth.Principal, id, eid string, 
 }
 
 // runningExec returns the live tracker of a running exec.
-func (m *Manager) runningExec(ctx context.Context, p auth.Principal, id, eid string) (*execTracker, *sandbox, error) {
+func (m *Service) runningExec(ctx context.Context, p auth.Principal, id, eid string) (*execTracker, *Live, error) {
 	t, sb, err := m.findExec(ctx, p, id, eid)
 	if err != nil {
 		return nil, nil, err
@@ -952,7 +952,7 @@ func (m *Manager) runningExec(ctx context.Context, p auth.Principal, id, eid str
 }
 
 // WriteStdin forwards r to exec eid's stdin, then closes it if eof.
-func (m *Manager) WriteStdin(ctx context.Context, p auth.Principal, id, eid string, r io.Reader, eof bool) (int64, error) {
+func (m *Service) WriteStdin(ctx context.Context, p auth.Principal, id, eid string, r io.Reader, eof bool) (int64, error) {
 	t, sb, err := m.runningExec(ctx, p, id, eid)
 	if err != nil {
 		return 0, err
@@ -987,7 +987,7 @@ func (m *Manager) WriteStdin(ctx context.Context, p auth.Principal, id, eid stri
 }
 
 // Signal sends sig to exec eid's whole process tree.
-func (m *Manager) Signal(ctx context.Context, p auth.Principal, id, eid, sig string) error {
+func (m *Service) Signal(ctx context.Context, p auth.Principal, id, eid, sig string) error {
 	if !signalRE.MatchString(sig) {
 		return public(errInvalid, "signal %q is not a signal name or number", truncate(sig, 16))
 	}
@@ -999,7 +999,7 @@ func (m *Manager) Signal(ctx context.Context, p auth.Principal, id, eid, sig str
 }
 
 // Resize changes a PTY exec's terminal size.
-func (m *Manager) Resize(ctx context.Context, p auth.Principal, id, eid string, cols, rows uint16) error {
+func (m *Service) Resize(ctx context.Context, p auth.Principal, id, eid string, cols, rows uint16) error {
 	if cols == 0 || rows == 0 {
 		return public(errInvalid, "cols and rows must be positive")
 	}
@@ -1021,7 +1021,7 @@ func piecesToChunks(ps []agentproto.OutputPiece) []redact.Chunk {
 // defaultCwd returns the directory an exec of user without a cwd ran in:
 // cwd when the agent named it (remembered for the user's next execs), else
 // the one remembered, else "".
-func (sb *sandbox) defaultCwd(user, cwd string) string {
+func (sb *Live) defaultCwd(user, cwd string) string {
 	sb.homesMu.Lock()
 	defer sb.homesMu.Unlock()
 	if cwd == "" {

@@ -21,7 +21,7 @@ import (
 
 // newManager runs a manager on a fresh store and the fake driver (whose
 // agents are real, in this process). It returns the store's file too.
-func newManager(t *testing.T) (*sandbox.Manager, *store.Store, string) {
+func newManager(t *testing.T) (*sandbox.Service, *store.Store, string) {
 	t.Helper()
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "airlock.db")

@@ -54,7 +54,7 @@ func checkUser(user string) error {
 }
 
 // fileSandbox validates the path and user and returns the running sandbox.
-func (m *Manager) fileSandbox(ctx context.Context, p auth.Principal, id, user string, paths ...*string) (*sandbox, error) {
+func (m *Service) fileSandbox(ctx context.Context, p auth.Principal, id, user string, paths ...*string) (*Live, error) {
 	if err := checkUser(user); err != nil {
 		return nil, err
 	}
@@ -81,7 +81,7 @@ func fileInfo(fi agentproto.FileInfo) api.FileInfo {
 }
 
 // StatFile describes path in sandbox id.
-func (m *Manager) StatFile(ctx context.Context, p auth.Principal, id, pth, user string) (api.FileInfo, error) {
+func (m *Service) StatFile(ctx context.Context, p auth.Principal, id, pth, user string) (api.FileInfo, error) {
 	ctx, span := startSpan(ctx, "manager.files.stat", id)
 	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)
@@ -97,7 +97,7 @@ func (m *Manager) StatFile(ctx context.Context, p auth.Principal, id, pth, user 
 }
 
 // ListFiles lists directory pth down to depth levels.
-func (m *Manager) ListFiles(ctx context.Context, p auth.Principal, id, pth, user string, depth int) (api.FileList, error) {
+func (m *Service) ListFiles(ctx context.Context, p auth.Principal, id, pth, user string, depth int) (api.FileList, error) {
 	ctx, span := startSpan(ctx, "manager.files.list", id)
 	defer span.End()
 	if depth < 1 || depth > 32 {
@@ -123,7 +123,7 @@ func (m *Manager) ListFiles(ctx context.Context, p auth.Principal, id, pth, user
 }
 
 // Mkdir creates directory pth (and its parents when parents).
-func (m *Manager) Mkdir(ctx context.Context, p auth.Principal, id, pth, user string, parents bool) (api.FileInfo, error) {
+func (m *Service) Mkdir(ctx context.Context, p auth.Principal, id, pth, user string, parents bool) (api.FileInfo, error) {
 	ctx, span := startSpan(ctx, "manager.files.mkdir", id)
 	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)
@@ -142,7 +142,7 @@ func (m *Manager) Mkdir(ctx context.Context, p auth.Principal, id, pth, user str
 }
 
 // Move renames from to to.
-func (m *Manager) Move(ctx context.Context, p auth.Principal, id, from, to, user string) (api.FileInfo, error) {
+func (m *Service) Move(ctx context.Context, p auth.Principal, id, from, to, user string) (api.FileInfo, error) {
 	ctx, span := startSpan(ctx, "manager.files.move", id)
 	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &from, &to)
@@ -163,7 +163,7 @@ func (m *Manager) Move(ctx context.Context, p auth.Principal, id, from, to, user
 }
 
 // RemoveFile deletes pth (a non-empty directory needs recursive).
-func (m *Manager) RemoveFile(ctx context.Context, p auth.Principal, id, pth, user string, recursive bool) error {
+func (m *Service) RemoveFile(ctx context.Context, p auth.Principal, id, pth, user string, recursive bool) error {
 	ctx, span := startSpan(ctx, "manager.files.remove", id)
 	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)
@@ -181,7 +181,7 @@ func (m *Manager) RemoveFile(ctx context.Context, p auth.Principal, id, pth, use
 }
 
 // WriteFile stores r at pth with mode (0: default), at most maxBytes.
-func (m *Manager) WriteFile(ctx context.Context, p auth.Principal, id, pth, user string, mode os.FileMode, r io.Reader, maxBytes int64) (api.FileWritten, error) {
+func (m *Service) WriteFile(ctx context.Context, p auth.Principal, id, pth, user string, mode os.FileMode, r io.Reader, maxBytes int64) (api.FileWritten, error) {
 	ctx, span := startSpan(ctx, "manager.files.write", id)
 	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)
@@ -204,7 +204,7 @@ func (m *Manager) WriteFile(ctx context.Context, p auth.Principal, id, pth, user
 
 // TarIn unpacks the tar stream r into directory dir. It returns the bytes
 // of the archive read.
-func (m *Manager) TarIn(ctx context.Context, p auth.Principal, id, dir, user string, r io.Reader) (api.FileWritten, error) {
+func (m *Service) TarIn(ctx context.Context, p auth.Principal, id, dir, user string, r io.Reader) (api.FileWritten, error) {
 	ctx, span := startSpan(ctx, "manager.files.tar_in", id)
 	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &dir)
@@ -224,7 +224,7 @@ func (m *Manager) TarIn(ctx context.Context, p auth.Principal, id, dir, user str
 
 // ReadFile opens pth. For a directory, isDir is set and rc is a tar stream
 // of it. The caller closes rc.
-func (m *Manager) ReadFile(ctx context.Context, p auth.Principal, id, pth, user string) (rc io.ReadCloser, fi api.FileInfo, err error) {
+func (m *Service) ReadFile(ctx context.Context, p auth.Principal, id, pth, user string) (rc io.ReadCloser, fi api.FileInfo, err error) {
 	ctx, span := startSpan(ctx, "manager.files.read", id)
 	defer func() { endSpan(span, err) }()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)

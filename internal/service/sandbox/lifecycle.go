@@ -16,8 +16,8 @@ import (
 )
 
 // view turns a record into the API's sandbox.
-func (m *Manager) view(rec store.Sandbox) api.Sandbox {
-	var sp spec
+func (m *Service) view(rec store.Sandbox) api.Sandbox {
+	var sp Spec
 	_ = json.Unmarshal(rec.Spec, &sp)
 	out := api.Sandbox{
 		ID: rec.ID, Tenant: rec.Tenant, Template: rec.Template, TemplateVersion: rec.TemplateVersion,
@@ -46,7 +46,7 @@ func (m *Manager) view(rec store.Sandbox) api.Sandbox {
 }
 
 // Get returns sandbox id as p sees it.
-func (m *Manager) Get(ctx context.Context, p auth.Principal, id string) (api.Sandbox, error) {
+func (m *Service) Get(ctx context.Context, p auth.Principal, id string) (api.Sandbox, error) {
 	rec, err := m.record(ctx, p, id)
 	if err != nil {
 		return api.Sandbox{}, err
@@ -57,7 +57,7 @@ func (m *Manager) Get(ctx context.Context, p auth.Principal, id string) (api.San
 // record loads the stored record of id if p may see it. A sandbox of
 // another tenant takes the same path and gives the same error as a missing
 // one.
-func (m *Manager) record(ctx context.Context, p auth.Principal, id string) (store.Sandbox, error) {
+func (m *Service) record(ctx context.Context, p auth.Principal, id string) (store.Sandbox, error) {
 	rec, err := m.store.GetSandbox(ctx, id, p.TenantFilter())
 	if errdefs.IsNotFound(err) {
 		return store.Sandbox{}, sandboxNotFound()
@@ -67,7 +67,7 @@ func (m *Manager) record(ctx context.Context, p auth.Principal, id string) (stor
 
 // liveSandbox returns the in-memory sandbox id if p may see it. A sandbox
 // that exists but is not live is an invalid_state error.
-func (m *Manager) liveSandbox(ctx context.Context, p auth.Principal, id string) (*sandbox, error) {
+func (m *Service) liveSandbox(ctx context.Context, p auth.Principal, id string) (*Live, error) {
 	m.mu.Lock()
 	sb := m.live[id]
 	m.mu.Unlock()
@@ -84,7 +84,7 @@ func (m *Manager) liveSandbox(ctx context.Context, p auth.Principal, id string) 
 }
 
 // running returns the sandbox if it is running (exec and files need that).
-func (m *Manager) running(ctx context.Context, p auth.Principal, id string) (*sandbox, error) {
+func (m *Service) running(ctx context.Context, p auth.Principal, id string) (*Live, error) {
 	sb, err := m.liveSandbox(ctx, p, id)
 	if err != nil {
 		return nil, err
@@ -108,7 +108,7 @@ type ListFilter struct {
 const AllStates = "all"
 
 // List returns one page of p's sandboxes (every tenant's for an admin).
-func (m *Manager) List(ctx context.Context, p auth.Principal, f ListFilter) (api.SandboxList, error) {
+func (m *Service) List(ctx context.Context, p auth.Principal, f ListFilter) (api.SandboxList, error) {
 	states := f.States
 	if len(states) == 0 {
 		states = []string{api.StateStarting, api.StateRunning, api.StatePaused, api.StateStopping, api.StateError}
@@ -151,7 +151,7 @@ func publicText(err error) string {
 
 // Delete stops and removes sandbox id. Deleting a sandbox that is already
 // stopped (or was never fully created) succeeds; nothing of it is left.
-func (m *Manager) Delete(ctx context.Context, p auth.Principal, id string) (err error) {
+func (m *Service) Delete(ctx context.Context, p auth.Principal, id string) (err error) {
 	ctx, span := startSpan(ctx, "manager.delete", id)
 	defer func() { endSpan(span, err) }()
 	m.mu.Lock()
@@ -205,7 +205,7 @@ func withState(rec store.Sandbox, state string) store.Sandbox {
 }
 
 // stop destroys a live sandbox and records it stopped with reason.
-func (m *Manager) stop(ctx context.Context, sb *sandbox, reason string) error {
+func (m *Service) stop(ctx context.Context, sb *Live, reason string) error {
 	sb.opMu.Lock()
 	defer sb.opMu.Unlock()
 	cctx, cancel := cleanupCtx(ctx)
@@ -250,7 +250,7 @@ func (m *Manager) stop(ctx context.Context, sb *sandbox, reason string) error {
 }
 
 // forget drops a sandbox that is no longer live from memory.
-func (m *Manager) forget(sb *sandbox) {
+func (m *Service) forget(sb *Live) {
 	sb.markGone()
 	m.attr.gone(sb)
 	m.mu.Lock()
@@ -266,11 +266,11 @@ func (m *Manager) forget(sb *sandbox) {
 // reports it (state error, code sandbox_crashed). crashedCode is crashed
 // with another code: agent_unavailable when the platform lost the agent of
 // a sandbox whose runtime still ran.
-func (m *Manager) crashed(ctx context.Context, sb *sandbox, why string) {
+func (m *Service) crashed(ctx context.Context, sb *Live, why string) {
 	m.crashedCode(ctx, sb, api.SandboxCodeCrashed, why)
 }
 
-func (m *Manager) crashedCode(ctx context.Context, sb *sandbox, code, why string) {
+func (m *Service) crashedCode(ctx context.Context, sb *Live, code, why string) {
 	sb.opMu.Lock()
 	defer sb.opMu.Unlock()
 	cctx, cancel := cleanupCtx(ctx)
@@ -309,7 +309,7 @@ func (m *Manager) crashedCode(ctx context.Context, sb *sandbox, code, why string
 }
 
 // SetTimeout gives sandbox id timeoutS seconds to live from now.
-func (m *Manager) SetTimeout(ctx context.Context, p auth.Principal, id string, timeoutS int64) (api.Sandbox, error) {
+func (m *Service) SetTimeout(ctx context.Context, p auth.Principal, id string, timeoutS int64) (api.Sandbox, error) {
 	if timeoutS < 1 || timeoutS > m.settings.MaxTimeoutS {
 		return api.Sandbox{}, public(errInvalid, "timeout_s must be between 1 and %d", m.settings.MaxTimeoutS)
 	}
@@ -338,7 +338,7 @@ func (m *Manager) SetTimeout(ctx context.Context, p auth.Principal, id string, t
 }
 
 // Pause freezes sandbox id. Pausing a paused sandbox is a no-op.
-func (m *Manager) Pause(ctx context.Context, p auth.Principal, id string) (_ api.Sandbox, err error) {
+func (m *Service) Pause(ctx context.Context, p auth.Principal, id string) (_ api.Sandbox, err error) {
 	ctx, span := startSpan(ctx, "manager.pause", id)
 	defer func() { endSpan(span, err) }()
 	sb, err := m.liveSandbox(ctx, p, id)
@@ -378,7 +378,7 @@ func (m *Manager) Pause(ctx context.Context, p auth.Principal, id string) (_ api
 
 // Resume thaws sandbox id; its deadline moves by the time it was paused.
 // Resuming a running sandbox is a no-op.
-func (m *Manager) Resume(ctx context.Context, p auth.Principal, id string) (_ api.Sandbox, err error) {
+func (m *Service) Resume(ctx context.Context, p auth.Principal, id string) (_ api.Sandbox, err error) {
 	ctx, span := startSpan(ctx, "manager.resume", id)
 	defer func() { endSpan(span, err) }()
 	sb, err := m.liveSandbox(ctx, p, id)
@@ -416,7 +416,7 @@ func (m *Manager) Resume(ctx context.Context, p auth.Principal, id string) (_ ap
 }
 
 // unpause moves the deadline by the time spent paused.
-func (m *Manager) unpause(r *store.Sandbox) {
+func (m *Service) unpause(r *store.Sandbox) {
 	if r.PausedAt == nil {
 		return
 	}
@@ -430,7 +430,7 @@ func (m *Manager) unpause(r *store.Sandbox) {
 }
 
 // Metrics samples sandbox id's resource use.
-func (m *Manager) Metrics(ctx context.Context, p auth.Principal, id string) (api.Metrics, error) {
+func (m *Service) Metrics(ctx context.Context, p auth.Principal, id string) (api.Metrics, error) {
 	sb, err := m.liveSandbox(ctx, p, id)
 	if err != nil {
 		return api.Metrics{}, err
@@ -465,10 +465,10 @@ func (m *Manager) Metrics(ctx context.Context, p auth.Principal, id string) (api
 }
 
 // liveList returns the live sandboxes.
-func (m *Manager) liveList() []*sandbox {
+func (m *Service) liveList() []*Live {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]*sandbox, 0, len(m.live))
+	out := make([]*Live, 0, len(m.live))
 	for _, sb := range m.live {
 		out = append(out, sb)
 	}
@@ -477,7 +477,7 @@ func (m *Manager) liveList() []*sandbox {
 
 // expire stops every running sandbox whose deadline passed. Paused ones
 // wait: their clock is stopped.
-func (m *Manager) expire() {
+func (m *Service) expire() {
 	now := m.now()
 	for _, sb := range m.liveList() {
 		sb.mu.Lock()
@@ -505,7 +505,7 @@ func (m *Manager) expire() {
 
 // sweep inspects every live sandbox: a dead one is reported as crashed, one
 // stuck in stopping (a failed destroy) is destroyed again.
-func (m *Manager) sweep() {
+func (m *Service) sweep() {
 	// sweepParallel bounds concurrent Inspect calls (each may spawn runc).
 	const sweepParallel = 4
 	sem := make(chan struct{}, sweepParallel)
@@ -534,7 +534,7 @@ func (m *Manager) sweep() {
 
 // checkAlive inspects a sandbox and handles it as crashed if its init is
 // gone. It returns true if the sandbox still runs.
-func (m *Manager) checkAlive(sb *sandbox) bool {
+func (m *Service) checkAlive(sb *Live) bool {
 	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
 	defer cancel()
 	status, err := sb.drv.Inspect(ctx, sb.id)

@@ -19,17 +19,14 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/agentclient"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/build"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/network"
-	"github.com/airlockhq/airlock/internal/redact"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -149,9 +146,9 @@ type SandboxErrorObserver interface {
 	SandboxError(code string)
 }
 
-// Manager runs sandboxes. Create one with New, call Start, and Close it to
+// Service runs sandboxes. Create one with New, call Start, and Close it to
 // stop managing (sandboxes keep running for the next daemon to re-adopt).
-type Manager struct {
+type Service struct {
 	cfg      Config
 	preview  previews // exposed ports and the preview token key (preview.go)
 	settings config.Config
@@ -178,7 +175,7 @@ type Manager struct {
 	// mu guards live. Capacity checks and reservations happen under it so
 	// that two creates cannot both take the last slot.
 	mu   sync.Mutex
-	live map[string]*sandbox
+	live map[string]*Live
 
 	ctx      context.Context // lifetime of background work; cancelled by Close
 	cancel   context.CancelFunc
@@ -188,65 +185,8 @@ type Manager struct {
 	started  bool
 }
 
-// sandbox is the in-memory side of one live sandbox.
-type sandbox struct {
-	id     string
-	tenant string
-	drv    driver.Driver
-	m      *Manager
-
-	// opMu serialises lifecycle operations (the driver contract wants calls
-	// for one id serialised by the caller).
-	opMu sync.Mutex
-
-	// mu guards rec, execs.
-	mu  sync.Mutex
-	rec store.Sandbox
-
-	// ready is closed when create finished, one way or the other.
-	ready chan struct{}
-
-	secrets map[string]string
-	env     map[string]string
-	red     *redact.Redactor
-	// tmplUser and tmplWorkdir are the template's USER and WORKDIR, the
-	// defaults of execs (execDefaults); "" when it set none.
-	tmplUser, tmplWorkdir string
-
-	dialMu sync.Mutex
-	client *agentclient.Client
-
-	execs map[string]*execTracker
-	// expiring is set while the TTL loop stops the sandbox.
-	expiring bool
-	// execRecovery is set for a sandbox recovered while paused: its execs
-	// are re-attached once it is resumed.
-	execRecovery bool
-	// gone is closed when the sandbox stops being live (deleted, crashed,
-	// expired): trackers finish their execs as killed, or as error when
-	// crashCode says it died on its own.
-	gone     chan struct{}
-	goneOnce sync.Once
-	// crashCode is set (before gone is closed) to the sandbox error code
-	// when the sandbox died rather than being stopped.
-	crashCode atomic.Pointer[string]
-
-	// meter is the sandbox's metrics series and usage cursor (sampler.go).
-	meter meter
-
-	// homes holds each user's default exec directory as the agent's exec
-	// results named it (defaultCwd).
-	homesMu sync.Mutex
-	homes   map[string]string
-
-	// res is what the sandbox holds against its tenant's quota, read
-	// from its spec once (quota.go).
-	resOnce sync.Once
-	res     api.Resources
-}
-
-// New returns a Manager for cfg. Call Start before use.
-func New(cfg Config) (*Manager, error) {
+// New returns a Service for cfg. Call Start before use.
+func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil || cfg.Templates == nil {
 		return nil, errors.New("manager: store and templates are required")
 	}
@@ -296,7 +236,7 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{
+	m := &Service{
 		preview:  previews{ports: map[string]map[int]bool{}, addr: cfg.Settings.PreviewListen},
 		cfg:      cfg,
 		settings: cfg.Settings,
@@ -307,7 +247,7 @@ func New(cfg Config) (*Manager, error) {
 		log:      cfg.Logger.With("component", "manager"),
 		now:      cfg.Now,
 		health:   map[string]driver.Health{},
-		live:     map[string]*sandbox{},
+		live:     map[string]*Live{},
 		shutdown: make(chan struct{}),
 		net:      cfg.Network,
 		audit:    cfg.Audit,
@@ -330,7 +270,7 @@ func New(cfg Config) (*Manager, error) {
 // Start probes the drivers, re-adopts the sandboxes an earlier daemon left
 // running (or marks them crashed and cleans them), and starts the TTL and
 // liveness loops. It returns once recovery is done.
-func (m *Manager) Start(ctx context.Context) error {
+func (m *Service) Start(ctx context.Context) error {
 	m.refreshHealth(ctx, true)
 	if err := m.recoverAll(ctx); err != nil {
 		return err
@@ -345,12 +285,12 @@ func (m *Manager) Start(ctx context.Context) error {
 // Close stops background work and releases agent connections. Sandboxes and
 // their running execs keep running: the next Manager re-adopts them. It
 // waits for in-flight background work.
-func (m *Manager) Close() error {
+func (m *Service) Close() error {
 	m.closed.Do(func() {
 		close(m.shutdown)
 		m.cancel()
 		m.mu.Lock()
-		live := make([]*sandbox, 0, len(m.live))
+		live := make([]*Live, 0, len(m.live))
 		for _, sb := range m.live {
 			live = append(live, sb)
 		}
@@ -364,7 +304,7 @@ func (m *Manager) Close() error {
 }
 
 // isShutdown reports whether Close was called.
-func (m *Manager) isShutdown() bool {
+func (m *Service) isShutdown() bool {
 	select {
 	case <-m.shutdown:
 		return true
@@ -374,7 +314,7 @@ func (m *Manager) isShutdown() bool {
 }
 
 // go runs fn as tracked background work.
-func (m *Manager) goBackground(fn func()) {
+func (m *Service) goBackground(fn func()) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -383,7 +323,7 @@ func (m *Manager) goBackground(fn func()) {
 }
 
 // loop enforces TTLs every tick, sweeps liveness and purges old records.
-func (m *Manager) loop() {
+func (m *Service) loop() {
 	defer m.wg.Done()
 	tick := time.NewTicker(m.cfg.TickInterval)
 	defer tick.Stop()
@@ -412,7 +352,7 @@ func (m *Manager) loop() {
 }
 
 // purge drops records older than the retention.
-func (m *Manager) purge() {
+func (m *Service) purge() {
 	ctx, cancel := context.WithTimeout(m.ctx, time.Minute)
 	defer cancel()
 	n, err := m.store.Purge(ctx, m.now().Add(-m.settings.RecordRetention()))
@@ -427,7 +367,7 @@ func (m *Manager) purge() {
 
 // refreshHealth re-probes the drivers when force is set or the cache is
 // older than healthTTL.
-func (m *Manager) refreshHealth(ctx context.Context, force bool) map[string]driver.Health {
+func (m *Service) refreshHealth(ctx context.Context, force bool) map[string]driver.Health {
 	// healthTTL keeps /v1/info and /readyz cheap: a probe spawns processes.
 	const healthTTL = 30 * time.Second
 	m.healthMu.Lock()
@@ -450,7 +390,7 @@ func (m *Manager) refreshHealth(ctx context.Context, force bool) map[string]driv
 }
 
 // Info describes the runtimes and limits (GET /v1/info).
-func (m *Manager) Info(ctx context.Context, version string) api.Info {
+func (m *Service) Info(ctx context.Context, version string) api.Info {
 	health := m.refreshHealth(ctx, false)
 	info := api.Info{Version: version, Limits: m.limits()}
 	for _, name := range knownRuntimes {
@@ -467,7 +407,7 @@ func (m *Manager) Info(ctx context.Context, version string) api.Info {
 	return info
 }
 
-func (m *Manager) limits() api.Limits {
+func (m *Service) limits() api.Limits {
 	s := m.settings
 	res := func(r config.Resources) api.Resources {
 		return api.Resources{CPU: r.CPU, MemoryMB: r.MemoryMB, DiskMB: r.DiskMB, PIDs: r.PIDs}
@@ -482,7 +422,7 @@ func (m *Manager) limits() api.Limits {
 
 // Ready reports whether the manager can serve: store open, default runtime
 // healthy.
-func (m *Manager) Ready(ctx context.Context) error {
+func (m *Service) Ready(ctx context.Context) error {
 	if err := m.store.Ping(ctx); err != nil {
 		return err
 	}
@@ -495,7 +435,7 @@ func (m *Manager) Ready(ctx context.Context) error {
 }
 
 // StateCounts returns how many live sandboxes are in each state (metrics).
-func (m *Manager) StateCounts() map[string]int {
+func (m *Service) StateCounts() map[string]int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := map[string]int{}
@@ -508,78 +448,6 @@ func (m *Manager) StateCounts() map[string]int {
 		sb.mu.Unlock()
 	}
 	return out
-}
-
-// markGone closes the sandbox's gone channel once.
-func (sb *sandbox) markGone() {
-	sb.goneOnce.Do(func() { close(sb.gone) })
-}
-
-// goneCode is the sandbox error code it died with, "" if it was stopped.
-func (sb *sandbox) goneCode() string {
-	if c := sb.crashCode.Load(); c != nil {
-		return *c
-	}
-	return ""
-}
-
-// state returns the current observed state.
-func (sb *sandbox) state() string {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	return sb.rec.State
-}
-
-// snapshot returns a copy of the record.
-func (sb *sandbox) snapshot() store.Sandbox {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	return sb.rec
-}
-
-// setState moves the sandbox to state to, applying mutate to the record,
-// and persists it. An illegal move is a bug: it is logged loudly and
-// returned as an internal error, and nothing changes.
-func (sb *sandbox) setState(ctx context.Context, to string, mutate func(*store.Sandbox)) error {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	return sb.setStateLocked(ctx, to, mutate)
-}
-
-func (sb *sandbox) setStateLocked(ctx context.Context, to string, mutate func(*store.Sandbox)) error {
-	from := sb.rec.State
-	if from != to {
-		if err := checkTransition(from, to); err != nil {
-			sb.m.log.Error("BUG: illegal sandbox state transition", "sandbox_id", sb.id, "from", from, "to", to)
-			return err
-		}
-	}
-	rec := sb.rec
-	rec.State = to
-	if mutate != nil {
-		mutate(&rec)
-	}
-	if err := sb.m.store.UpdateSandbox(ctx, rec); err != nil {
-		return fmt.Errorf("saving sandbox %s state %s: %w", sb.id, to, err)
-	}
-	sb.rec = rec
-	if from != to {
-		sb.m.log.Debug("sandbox state", "sandbox_id", sb.id, "tenant", sb.tenant, "from", from, "to", to)
-	}
-	return nil
-}
-
-// update persists mutate without a state change.
-func (sb *sandbox) update(ctx context.Context, mutate func(*store.Sandbox)) error {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	rec := sb.rec
-	mutate(&rec)
-	if err := sb.m.store.UpdateSandbox(ctx, rec); err != nil {
-		return fmt.Errorf("saving sandbox %s: %w", sb.id, err)
-	}
-	sb.rec = rec
-	return nil
 }
 
 // cleanupCtx returns a context for teardown that a cancelled request cannot
@@ -597,7 +465,7 @@ type SandboxCount struct {
 
 // SandboxCounts groups the live sandboxes by state, runtime and template
 // (metrics).
-func (m *Manager) SandboxCounts() []SandboxCount {
+func (m *Service) SandboxCounts() []SandboxCount {
 	type key struct{ st, rt, tp string }
 	counts := map[key]int{}
 	for _, sb := range m.liveList() {
@@ -613,11 +481,11 @@ func (m *Manager) SandboxCounts() []SandboxCount {
 }
 
 // Capacity returns the host's sandbox capacity and how much of it is used.
-func (m *Manager) Capacity() (max, used int) {
+func (m *Service) Capacity() (max, used int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.settings.MaxSandboxes, len(m.live)
 }
 
 // Settings returns the daemon's settings the manager runs with.
-func (m *Manager) Settings() config.Config { return m.settings }
+func (m *Service) Settings() config.Config { return m.settings }

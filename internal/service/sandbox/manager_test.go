@@ -100,7 +100,7 @@ func TestEventsEncoding(t *testing.T) {
 	}
 }
 
-func testManager(t *testing.T) *Manager {
+func testManager(t *testing.T) *Service {
 	t.Helper()
 	s := config.Default()
 	s.DataDir = t.TempDir()
@@ -108,7 +108,7 @@ func testManager(t *testing.T) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Manager{settings: s, sealer: sl}
+	return &Service{settings: s, sealer: sl}
 }
 
 func TestValidateExec(t *testing.T) {

@@ -74,7 +74,7 @@ func fromPolicy(p network.Policy) api.Network {
 // checkNetwork validates n and returns it normalised (network.ParsePolicy):
 // the mode must be one drv supports and, without a network backend, none;
 // registry sets must have hosts on this server.
-func (m *Manager) checkNetwork(n api.Network, drv driver.Driver) (api.Network, error) {
+func (m *Service) checkNetwork(n api.Network, drv driver.Driver) (api.Network, error) {
 	p, err := network.ParsePolicy(toPolicy(n))
 	if err != nil {
 		return api.Network{}, public(errInvalid, "network: %s", publicText(err))
@@ -101,7 +101,7 @@ func (m *Manager) checkNetwork(n api.Network, drv driver.Driver) (api.Network, e
 // a mode, else its tenant's default, else the server's; entries given
 // without a mode go with the default mode. Entries the request gives are
 // checked with checkEntries; a tenant default's were set by an admin.
-func (m *Manager) networkFor(ctx context.Context, p auth.Principal, req *api.Network, drv driver.Driver) (api.Network, error) {
+func (m *Service) networkFor(ctx context.Context, p auth.Principal, req *api.Network, drv driver.Driver) (api.Network, error) {
 	if req != nil {
 		if err := m.checkEntries(p, *req); err != nil {
 			return api.Network{}, err
@@ -130,7 +130,7 @@ type hostAddrser interface {
 // link-local addresses (cloud metadata), another cloud metadata address or
 // one of the host's own addresses (where the daemon's API and previews
 // listen): a tenant's sandbox reaches those only when an admin said so.
-func (m *Manager) checkEntries(p auth.Principal, n api.Network) error {
+func (m *Service) checkEntries(p auth.Principal, n api.Network) error {
 	if p.Admin || len(n.Allow) == 0 {
 		return nil
 	}
@@ -145,7 +145,7 @@ func (m *Manager) checkEntries(p auth.Principal, n api.Network) error {
 }
 
 // defaultNetwork is tenant's stored default, else the server's.
-func (m *Manager) defaultNetwork(ctx context.Context, tenant string) (api.Network, error) {
+func (m *Service) defaultNetwork(ctx context.Context, tenant string) (api.Network, error) {
 	raw, err := m.store.TenantNetwork(ctx, tenant)
 	if err != nil {
 		return api.Network{}, err
@@ -160,7 +160,7 @@ func (m *Manager) defaultNetwork(ctx context.Context, tenant string) (api.Networ
 }
 
 // setupNetwork gives a sandbox its namespace before the driver creates it.
-func (m *Manager) setupNetwork(ctx context.Context, sb *sandbox, n api.Network, spec *driver.Spec) error {
+func (m *Service) setupNetwork(ctx context.Context, sb *Live, n api.Network, spec *driver.Spec) error {
 	if m.net == nil {
 		return nil
 	}
@@ -177,7 +177,7 @@ func (m *Manager) setupNetwork(ctx context.Context, sb *sandbox, n api.Network, 
 
 // teardownNetwork removes sandbox id's network (after the driver destroyed
 // the sandbox: nothing may still use the namespace).
-func (m *Manager) teardownNetwork(ctx context.Context, id string) error {
+func (m *Service) teardownNetwork(ctx context.Context, id string) error {
 	if m.net == nil {
 		return nil
 	}
@@ -190,7 +190,7 @@ func (m *Manager) teardownNetwork(ctx context.Context, id string) error {
 // recoverNetwork re-adopts a recovered sandbox's network. A sandbox made
 // by a daemon without a network backend keeps the loopback-only namespace
 // its runtime gave it.
-func (m *Manager) recoverNetwork(ctx context.Context, id string, sp spec) error {
+func (m *Service) recoverNetwork(ctx context.Context, id string, sp Spec) error {
 	if m.net == nil || !sp.NetNS {
 		return nil
 	}
@@ -200,7 +200,7 @@ func (m *Manager) recoverNetwork(ctx context.Context, id string, sp spec) error 
 // sweepNetworks tears down the networks a previous daemon left for
 // sandboxes that are not live (deleted while it was down, or lost between
 // steps). Build sandboxes' networks are the builder's.
-func (m *Manager) sweepNetworks(ctx context.Context) {
+func (m *Service) sweepNetworks(ctx context.Context) {
 	if m.net == nil {
 		return
 	}
@@ -229,7 +229,7 @@ func (m *Manager) sweepNetworks(ctx context.Context) {
 // network_lost: it is never reported running without the network its
 // policy says. The detail goes to the log; the sandbox's record says what
 // happened without it.
-func (m *Manager) networkLost(id string, err error) {
+func (m *Service) networkLost(id string, err error) {
 	m.mu.Lock()
 	sb := m.live[id]
 	m.mu.Unlock()
@@ -246,7 +246,7 @@ func (m *Manager) networkLost(id string, err error) {
 // UpdateNetwork replaces sandbox id's egress policy (PUT
 // /v1/sandboxes/{id}/network). It takes effect at once and is kept across
 // daemon restarts.
-func (m *Manager) UpdateNetwork(ctx context.Context, p auth.Principal, id string, req api.Network) (api.Sandbox, error) {
+func (m *Service) UpdateNetwork(ctx context.Context, p auth.Principal, id string, req api.Network) (api.Sandbox, error) {
 	sb, err := m.liveSandbox(ctx, p, id)
 	if err != nil {
 		return api.Sandbox{}, err
@@ -263,7 +263,7 @@ func (m *Manager) UpdateNetwork(ctx context.Context, p auth.Principal, id string
 	if st := sb.state(); st != api.StateRunning && st != api.StatePaused {
 		return api.Sandbox{}, public(errdefs.ErrInvalidState, "sandbox is %s", st)
 	}
-	var old spec
+	var old Spec
 	_ = json.Unmarshal(sb.snapshot().Spec, &old)
 	if m.net != nil && !old.NetNS && n.Mode != string(network.ModeNone) {
 		return api.Sandbox{}, public(errdefs.ErrInvalidState, "sandbox was created without a managed network; its network cannot change")
@@ -283,7 +283,7 @@ func (m *Manager) UpdateNetwork(ctx context.Context, p auth.Principal, id string
 		}
 	}
 	err = sb.update(ctx, func(r *store.Sandbox) {
-		var sp spec
+		var sp Spec
 		_ = json.Unmarshal(r.Spec, &sp)
 		sp.Network = n
 		if b, err := json.Marshal(sp); err == nil {
@@ -309,7 +309,7 @@ func (m *Manager) UpdateNetwork(ctx context.Context, p auth.Principal, id string
 
 // TenantNetwork returns tenant's default network policy. A tenant sees its
 // own; an admin any.
-func (m *Manager) TenantNetwork(ctx context.Context, p auth.Principal, tenant string) (api.TenantNetwork, error) {
+func (m *Service) TenantNetwork(ctx context.Context, p auth.Principal, tenant string) (api.TenantNetwork, error) {
 	if !p.CanSee(tenant) {
 		return api.TenantNetwork{}, public(errdefs.ErrPermissionDenied, "only an admin key may read another tenant's settings")
 	}
@@ -329,7 +329,7 @@ func (m *Manager) TenantNetwork(ctx context.Context, p auth.Principal, tenant st
 
 // SetTenantNetwork sets (nil: clears) tenant's default network policy;
 // admins only. Existing sandboxes keep theirs.
-func (m *Manager) SetTenantNetwork(ctx context.Context, p auth.Principal, tenant string, n *api.Network) (api.TenantNetwork, error) {
+func (m *Service) SetTenantNetwork(ctx context.Context, p auth.Principal, tenant string, n *api.Network) (api.TenantNetwork, error) {
 	if !p.Admin {
 		return api.TenantNetwork{}, public(errdefs.ErrPermissionDenied, "this needs an admin key")
 	}

@@ -19,7 +19,7 @@ type packageEnver interface {
 // package managers use the mirror (PIP_INDEX_URL, NPM_CONFIG_REGISTRY,
 // GOPROXY…); nil without a mirror or registry sets. The create request's
 // and template's own variables win over it.
-func (m *Manager) PackageEnv(n api.Network) map[string]string {
+func (m *Service) PackageEnv(n api.Network) map[string]string {
 	pe, ok := m.net.(packageEnver)
 	if !ok {
 		return nil

@@ -44,12 +44,12 @@ type previews struct {
 	ports map[string]map[int]bool // sandbox id → port → public
 }
 
-func (m *Manager) previews() *previews { return &m.preview }
+func (m *Service) previews() *previews { return &m.preview }
 
 // forgetPreviews drops a gone sandbox's exposed ports, in memory and in the
 // store. The sandbox is marked gone before, so no CreatePreview records a
 // port after this.
-func (m *Manager) forgetPreviews(id string) {
+func (m *Service) forgetPreviews(id string) {
 	pv := m.previews()
 	pv.wmu.Lock()
 	defer pv.wmu.Unlock()
@@ -67,7 +67,7 @@ func (m *Manager) forgetPreviews(id string) {
 
 // restorePreviews loads the exposed ports of a sandbox recovered after a
 // daemon restart, so that its preview URLs answer again.
-func (m *Manager) restorePreviews(ctx context.Context, sb *sandbox) {
+func (m *Service) restorePreviews(ctx context.Context, sb *Live) {
 	list, err := m.store.Previews(ctx, sb.id)
 	if err != nil {
 		m.log.Warn("restoring exposed ports", "sandbox_id", sb.id, "err", err)
@@ -94,7 +94,7 @@ func (m *Manager) restorePreviews(ctx context.Context, sb *sandbox) {
 
 // prunePreviewRows deletes the stored ports of sandboxes that are not live
 // (they stopped while no daemon ran to forget them).
-func (m *Manager) prunePreviewRows(ctx context.Context) {
+func (m *Service) prunePreviewRows(ctx context.Context) {
 	if n, err := m.store.PrunePreviews(ctx, liveStates...); err != nil {
 		m.log.Warn("pruning exposed ports", "err", err)
 	} else if n > 0 {
@@ -104,7 +104,7 @@ func (m *Manager) prunePreviewRows(ctx context.Context) {
 
 // previewKey loads (creating on first use) the key preview tokens are
 // derived from, <data dir>/preview.key.
-func (m *Manager) previewKey() ([]byte, error) {
+func (m *Service) previewKey() ([]byte, error) {
 	pv := m.previews()
 	pv.mu.Lock()
 	defer pv.mu.Unlock()
@@ -151,7 +151,7 @@ func (m *Manager) previewKey() ([]byte, error) {
 	return nil, fmt.Errorf("preview key %s: unreadable", path)
 }
 
-func (m *Manager) previewOf(id string, port int, public bool) (api.Preview, error) {
+func (m *Service) previewOf(id string, port int, public bool) (api.Preview, error) {
 	key, err := m.previewKey()
 	if err != nil {
 		return api.Preview{}, err
@@ -166,7 +166,7 @@ func (m *Manager) previewOf(id string, port int, public bool) (api.Preview, erro
 	}, nil
 }
 
-func (m *Manager) previewsEnabled() error {
+func (m *Service) previewsEnabled() error {
 	pv := m.previews()
 	pv.mu.Lock()
 	defer pv.mu.Unlock()
@@ -179,7 +179,7 @@ func (m *Manager) previewsEnabled() error {
 // CreatePreview exposes a port of running sandbox id at a preview URL (POST
 // /v1/sandboxes/{id}/previews). Exposing a port again changes only
 // whether it is public.
-func (m *Manager) CreatePreview(ctx context.Context, p auth.Principal, id string, req api.PreviewRequest) (api.Preview, error) {
+func (m *Service) CreatePreview(ctx context.Context, p auth.Principal, id string, req api.PreviewRequest) (api.Preview, error) {
 	if err := m.previewsEnabled(); err != nil {
 		return api.Preview{}, err
 	}
@@ -229,7 +229,7 @@ func (m *Manager) CreatePreview(ctx context.Context, p auth.Principal, id string
 }
 
 // ListPreviews lists the exposed ports of sandbox id, by port.
-func (m *Manager) ListPreviews(ctx context.Context, p auth.Principal, id string) (api.PreviewList, error) {
+func (m *Service) ListPreviews(ctx context.Context, p auth.Principal, id string) (api.PreviewList, error) {
 	sb, err := m.liveSandbox(ctx, p, id)
 	if err != nil {
 		return api.PreviewList{}, err
@@ -257,7 +257,7 @@ func (m *Manager) ListPreviews(ctx context.Context, p auth.Principal, id string)
 
 // DeletePreview stops exposing port of sandbox id; connections already
 // open are not cut.
-func (m *Manager) DeletePreview(ctx context.Context, p auth.Principal, id string, port int) error {
+func (m *Service) DeletePreview(ctx context.Context, p auth.Principal, id string, port int) error {
 	sb, err := m.liveSandbox(ctx, p, id)
 	if err != nil {
 		return err
@@ -286,7 +286,7 @@ func (m *Manager) DeletePreview(ctx context.Context, p auth.Principal, id string
 }
 
 // prunePreviewsLocked forgets the previews of sandboxes that are gone.
-func (m *Manager) prunePreviewsLocked(pv *previews) {
+func (m *Service) prunePreviewsLocked(pv *previews) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for id := range pv.ports {
@@ -297,12 +297,12 @@ func (m *Manager) prunePreviewsLocked(pv *previews) {
 }
 
 // PreviewBackend is the manager as the preview listener's backend.
-func (m *Manager) PreviewBackend() preview.Backend { return previewBackend{m} }
+func (m *Service) PreviewBackend() preview.Backend { return previewBackend{m} }
 
-type previewBackend struct{ m *Manager }
+type previewBackend struct{ m *Service }
 
 // sandboxFor finds live sandbox id and a principal of its tenant.
-func (b previewBackend) sandboxFor(id string) (*sandbox, auth.Principal, bool) {
+func (b previewBackend) sandboxFor(id string) (*Live, auth.Principal, bool) {
 	b.m.mu.Lock()
 	sb := b.m.live[id]
 	b.m.mu.Unlock()

@@ -33,7 +33,7 @@ func newTenantQuotas(now func() time.Time) *tenantQuotas {
 }
 
 // defaultQuota is the server's quota for tenants without an override.
-func (m *Manager) defaultQuota() api.Quota {
+func (m *Service) defaultQuota() api.Quota {
 	s := m.settings
 	return api.Quota{
 		Sandboxes: s.MaxSandboxesPerTenant, CPU: s.TenantQuota.CPU, MemoryMB: s.TenantQuota.MemoryMB,
@@ -42,7 +42,7 @@ func (m *Manager) defaultQuota() api.Quota {
 }
 
 // override returns tenant's quota override, nil if it has none.
-func (m *Manager) override(ctx context.Context, tenant string) (*api.QuotaOverride, error) {
+func (m *Service) override(ctx context.Context, tenant string) (*api.QuotaOverride, error) {
 	q := m.quotas
 	q.mu.Lock()
 	o, ok := q.overrides[tenant]
@@ -74,7 +74,7 @@ func (m *Manager) override(ctx context.Context, tenant string) (*api.QuotaOverri
 }
 
 // quotaOf returns the quota that applies to tenant.
-func (m *Manager) quotaOf(ctx context.Context, tenant string) (api.Quota, *api.QuotaOverride, error) {
+func (m *Service) quotaOf(ctx context.Context, tenant string) (api.Quota, *api.QuotaOverride, error) {
 	o, err := m.override(ctx, tenant)
 	if err != nil {
 		return api.Quota{}, nil, err
@@ -106,12 +106,12 @@ func applyOverride(q api.Quota, o *api.QuotaOverride) api.Quota {
 
 // resources returns the resources the sandbox was created with (parsed
 // from its stored spec once: a recovered sandbox has only that).
-func (sb *sandbox) resources() api.Resources {
+func (sb *Live) resources() api.Resources {
 	sb.resOnce.Do(func() {
 		sb.mu.Lock()
 		raw := sb.rec.Spec
 		sb.mu.Unlock()
-		var sp spec
+		var sp Spec
 		if err := json.Unmarshal(raw, &sp); err != nil {
 			sb.m.log.Warn("reading sandbox spec for quotas", "sandbox_id", sb.id, "err", err)
 		}
@@ -121,7 +121,7 @@ func (sb *sandbox) resources() api.Resources {
 }
 
 // usageLocked sums what tenant's live sandboxes hold. m.mu must be held.
-func (m *Manager) usageLocked(tenant string) api.QuotaUsage {
+func (m *Service) usageLocked(tenant string) api.QuotaUsage {
 	var u api.QuotaUsage
 	for _, sb := range m.live {
 		if sb.tenant != tenant {
@@ -142,7 +142,7 @@ func (m *Manager) usageLocked(tenant string) api.QuotaUsage {
 // admitLocked checks that a sandbox of res fits tenant's quota q next to
 // its live sandboxes. m.mu must be held, so that concurrent creates cannot
 // both take what is left.
-func (m *Manager) admitLocked(tenant string, q api.Quota, res api.Resources) error {
+func (m *Service) admitLocked(tenant string, q api.Quota, res api.Resources) error {
 	u := m.usageLocked(tenant)
 	exceeded := func(format string, args ...any) error {
 		return &PublicError{Msg: fmt.Sprintf(format, args...), RetryAfter: retryAfterCapacity, Err: errdefs.ErrQuotaExceeded}
@@ -161,7 +161,7 @@ func (m *Manager) admitLocked(tenant string, q api.Quota, res api.Resources) err
 }
 
 // admitExec takes one exec of tenant's exec rate quota.
-func (m *Manager) admitExec(ctx context.Context, tenant string) error {
+func (m *Service) admitExec(ctx context.Context, tenant string) error {
 	q, _, err := m.quotaOf(ctx, tenant)
 	if err != nil {
 		return err
@@ -178,7 +178,7 @@ func (m *Manager) admitExec(ctx context.Context, tenant string) error {
 
 // TenantQuotas returns tenant's quota, the default and override it comes
 // from, and its usage now. A tenant sees its own; an admin any.
-func (m *Manager) TenantQuotas(ctx context.Context, p auth.Principal, tenant string) (api.TenantQuotas, error) {
+func (m *Service) TenantQuotas(ctx context.Context, p auth.Principal, tenant string) (api.TenantQuotas, error) {
 	if !p.CanSee(tenant) {
 		return api.TenantQuotas{}, public(errdefs.ErrPermissionDenied, "only an admin key may read another tenant's settings")
 	}
@@ -199,7 +199,7 @@ func (m *Manager) TenantQuotas(ctx context.Context, p auth.Principal, tenant str
 // SetTenantQuotas replaces (nil: removes) tenant's quota override; admins
 // only. It applies to the next create and exec; sandboxes already over a
 // lowered quota keep running.
-func (m *Manager) SetTenantQuotas(ctx context.Context, p auth.Principal, tenant string, o *api.QuotaOverride) (api.TenantQuotas, error) {
+func (m *Service) SetTenantQuotas(ctx context.Context, p auth.Principal, tenant string, o *api.QuotaOverride) (api.TenantQuotas, error) {
 	if !p.Admin {
 		return api.TenantQuotas{}, public(errdefs.ErrPermissionDenied, "this needs an admin key")
 	}

@@ -20,7 +20,7 @@ import (
 const recoverParallel = 4
 
 // recoverAll re-adopts every sandbox the store says is live.
-func (m *Manager) recoverAll(ctx context.Context) error {
+func (m *Service) recoverAll(ctx context.Context) error {
 	recs, err := m.store.SandboxesInStates(ctx, liveStates...)
 	if err != nil {
 		return err
@@ -46,7 +46,7 @@ func (m *Manager) recoverAll(ctx context.Context) error {
 }
 
 // recoverOne re-adopts one sandbox, or records that it died and cleans it.
-func (m *Manager) recoverOne(ctx context.Context, rec store.Sandbox) {
+func (m *Service) recoverOne(ctx context.Context, rec store.Sandbox) {
 	log := m.log.With("sandbox_id", rec.ID, "tenant", rec.Tenant, "driver", rec.Runtime)
 	drv, ok := m.drivers[rec.Runtime]
 	if !ok {
@@ -67,11 +67,11 @@ func (m *Manager) recoverOne(ctx context.Context, rec store.Sandbox) {
 		// but its execs no longer get (or get masked) its secrets.
 		log.Warn("cannot unseal sandbox secrets", "err", err)
 	}
-	var sp spec
+	var sp Spec
 	_ = json.Unmarshal(rec.Spec, &sp)
 	ready := make(chan struct{})
 	close(ready)
-	sb := &sandbox{
+	sb := &Live{
 		id: rec.ID, tenant: rec.Tenant, drv: drv, m: m, rec: rec, ready: ready,
 		secrets: envSecrets(sp, secrets), env: sp.Env, red: redact.New(secrets),
 		execs: map[string]*execTracker{}, gone: make(chan struct{}),
@@ -171,7 +171,7 @@ func (m *Manager) recoverOne(ctx context.Context, rec store.Sandbox) {
 
 // reattach dials the agent of a recovered sandbox and follows the execs the
 // store says are still running.
-func (m *Manager) reattach(ctx context.Context, sb *sandbox, log *slog.Logger) error {
+func (m *Service) reattach(ctx context.Context, sb *Live, log *slog.Logger) error {
 	dctx, cancel := context.WithTimeout(ctx, m.cfg.AgentDialTimeout)
 	defer cancel()
 	c, err := sb.agent(dctx)
@@ -231,7 +231,7 @@ func systemPrincipal(tenant string) auth.Principal {
 }
 
 // afterResume re-attaches the execs of a sandbox recovered while paused.
-func (m *Manager) afterResume(ctx context.Context, sb *sandbox) {
+func (m *Service) afterResume(ctx context.Context, sb *Live) {
 	sb.mu.Lock()
 	pending := sb.execRecovery
 	sb.execRecovery = false

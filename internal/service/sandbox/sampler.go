@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
-	"strconv"
 	"sync"
 	"time"
 
@@ -35,18 +34,8 @@ type meter struct {
 	hasLast bool
 }
 
-// template names the sandbox's template as name:version.
-func (sb *sandbox) template() string {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	if sb.rec.Template == "" {
-		return ""
-	}
-	return sb.rec.Template + ":" + strconv.Itoa(sb.rec.TemplateVersion)
-}
-
 // sampleLoop samples every live sandbox each SampleInterval.
-func (m *Manager) sampleLoop() {
+func (m *Service) sampleLoop() {
 	defer m.wg.Done()
 	tick := time.NewTicker(m.cfg.SampleInterval)
 	defer tick.Stop()
@@ -68,7 +57,7 @@ func (m *Manager) sampleLoop() {
 // sample takes one Stats sample of sb, appends it to the series and
 // accounts its usage since the last sample. Errors are logged: a missed
 // sample is folded into the next one.
-func (m *Manager) sample(ctx context.Context, sb *sandbox) {
+func (m *Service) sample(ctx context.Context, sb *Live) {
 	rec := sb.snapshot()
 	running := rec.State == api.StateRunning || rec.State == api.StateStopping
 	paused := rec.State == api.StatePaused
@@ -113,7 +102,7 @@ func (m *Manager) sample(ctx context.Context, sb *sandbox) {
 	if !now.After(mt.cursor.AccountedAt) {
 		return
 	}
-	var sp spec
+	var sp Spec
 	_ = json.Unmarshal(rec.Spec, &sp)
 	lim := usage.Limits{CPU: sp.Resources.CPU, MemoryMB: sp.Resources.MemoryMB, DiskMB: sp.Resources.DiskMB}
 	cpu, tx := mt.cursor.CPUSeconds, mt.cursor.TxBytes
@@ -121,7 +110,7 @@ func (m *Manager) sample(ctx context.Context, sb *sandbox) {
 		cpu, tx = st.CPUSeconds, st.NetTxBytes
 	}
 	a := store.UsageAccrual{
-		SandboxID: sb.id, Tenant: sb.tenant, Template: sb.template(), From: mt.cursor.AccountedAt, To: now,
+		SandboxID: sb.id, Tenant: sb.tenant, Template: sb.Template(), From: mt.cursor.AccountedAt, To: now,
 		Q: usage.Interval(running, paused, lim, now.Sub(mt.cursor.AccountedAt),
 			usage.Delta(mt.cursor.CPUSeconds, cpu), usage.Delta(mt.cursor.TxBytes, tx)),
 		CPUSeconds: cpu, TxBytes: tx,
@@ -141,7 +130,7 @@ func (m *Manager) sample(ctx context.Context, sb *sandbox) {
 }
 
 // stats samples sb's driver counters and its network counters.
-func (m *Manager) stats(ctx context.Context, sb *sandbox) (driver.Stats, bool) {
+func (m *Service) stats(ctx context.Context, sb *Live) (driver.Stats, bool) {
 	stater, ok := sb.drv.(driver.Stater)
 	if !ok {
 		return driver.Stats{}, false
@@ -164,7 +153,7 @@ func (m *Manager) stats(ctx context.Context, sb *sandbox) (driver.Stats, bool) {
 }
 
 // series returns sb's samples taken after since, oldest first.
-func (sb *sandbox) series(since time.Time) []api.MetricsSample {
+func (sb *Live) series(since time.Time) []api.MetricsSample {
 	mt := &sb.meter
 	mt.mu.Lock()
 	defer mt.mu.Unlock()
@@ -180,7 +169,7 @@ func (sb *sandbox) series(since time.Time) []api.MetricsSample {
 
 // MetricsSeries returns sandbox id's current metrics and its series since
 // since (zero: all of it).
-func (m *Manager) MetricsSeries(ctx context.Context, p auth.Principal, id string, since time.Time) (api.SandboxMetrics, error) {
+func (m *Service) MetricsSeries(ctx context.Context, p auth.Principal, id string, since time.Time) (api.SandboxMetrics, error) {
 	cur, err := m.Metrics(ctx, p, id)
 	if err != nil {
 		return api.SandboxMetrics{}, err
@@ -194,7 +183,7 @@ func (m *Manager) MetricsSeries(ctx context.Context, p auth.Principal, id string
 
 // Usage returns the usage report of what p may see: its own tenant, or for
 // an admin tenant (or every tenant when "").
-func (m *Manager) Usage(ctx context.Context, p auth.Principal, tenant string, from, to time.Time, groupBy string) (api.UsageReport, error) {
+func (m *Service) Usage(ctx context.Context, p auth.Principal, tenant string, from, to time.Time, groupBy string) (api.UsageReport, error) {
 	switch groupBy {
 	case "", api.UsageBySandbox, api.UsageByTemplate, api.UsageByDay:
 	default:

@@ -24,7 +24,7 @@ var secretFileRE = lazyregexp.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // envSecrets is what of secrets goes into every exec's environment: none
 // when they are given as files.
-func envSecrets(sp spec, secrets map[string]string) map[string]string {
+func envSecrets(sp Spec, secrets map[string]string) map[string]string {
 	if sp.SecretsAsFiles {
 		return nil
 	}
@@ -34,7 +34,7 @@ func envSecrets(sp spec, secrets map[string]string) map[string]string {
 // writeSecretFiles writes each secret as /run/secrets/<NAME>, mode 0400,
 // through the agent as the sandbox user, who so owns them. It runs before
 // the sandbox is reported ready, so nothing of the tenant's has run yet.
-func (m *Manager) writeSecretFiles(ctx context.Context, sb *sandbox, secrets map[string]string) error {
+func (m *Service) writeSecretFiles(ctx context.Context, sb *Live, secrets map[string]string) error {
 	if len(secrets) == 0 {
 		return nil
 	}

@@ -41,7 +41,7 @@ func checkTransition(from, to string) error {
 }
 
 // isGone reports whether the sandbox stopped being live.
-func (sb *sandbox) isGone() bool {
+func (sb *Live) isGone() bool {
 	select {
 	case <-sb.gone:
 		return true

@@ -31,7 +31,7 @@ const (
 )
 
 // builder returns the template builder or a not-implemented error.
-func (m *Manager) builder() (*build.Builder, error) {
+func (m *Service) builder() (*build.Builder, error) {
 	if m.cfg.Builder == nil {
 		return nil, public(errdefs.ErrNotImplemented, "template builds are not available on this server")
 	}
@@ -61,7 +61,7 @@ func templateErr(err error) error {
 // TemplateUpload creates a temporary file for an upload of a build (the
 // context or an image). Hand it to BuildTemplate, which takes it over, or
 // remove it.
-func (m *Manager) TemplateUpload() (*os.File, error) {
+func (m *Service) TemplateUpload() (*os.File, error) {
 	b, err := m.builder()
 	if err != nil {
 		return nil, err
@@ -72,7 +72,7 @@ func (m *Manager) TemplateUpload() (*os.File, error) {
 // BuildTemplate starts a template build for p's tenant. contextPath (a tar)
 // and imagePath (an OCI image tarball) are uploads made with
 // TemplateUpload, or ""; they are removed when the build ends.
-func (m *Manager) BuildTemplate(ctx context.Context, p auth.Principal, req api.TemplateBuildRequest, contextPath, imagePath string) (api.TemplateBuildStarted, error) {
+func (m *Service) BuildTemplate(ctx context.Context, p auth.Principal, req api.TemplateBuildRequest, contextPath, imagePath string) (api.TemplateBuildStarted, error) {
 	b, err := m.builder()
 	if err != nil {
 		removeUploads(contextPath, imagePath)
@@ -98,7 +98,7 @@ func removeUploads(paths ...string) {
 }
 
 // TemplateBuild returns build id.
-func (m *Manager) TemplateBuild(ctx context.Context, p auth.Principal, id string) (api.TemplateBuild, error) {
+func (m *Service) TemplateBuild(ctx context.Context, p auth.Principal, id string) (api.TemplateBuild, error) {
 	b, err := m.builder()
 	if err != nil {
 		return api.TemplateBuild{}, err
@@ -111,7 +111,7 @@ func (m *Manager) TemplateBuild(ctx context.Context, p auth.Principal, id string
 type LogFollower = build.LogFollower
 
 // FollowTemplateBuild returns a reader of build id's log from offset from.
-func (m *Manager) FollowTemplateBuild(ctx context.Context, p auth.Principal, id string, from int64) (*LogFollower, error) {
+func (m *Service) FollowTemplateBuild(ctx context.Context, p auth.Principal, id string, from int64) (*LogFollower, error) {
 	b, err := m.builder()
 	if err != nil {
 		return nil, err
@@ -121,7 +121,7 @@ func (m *Manager) FollowTemplateBuild(ctx context.Context, p auth.Principal, id 
 }
 
 // ListTemplates lists the templates p can use.
-func (m *Manager) ListTemplates(ctx context.Context, p auth.Principal) (api.TemplateList, error) {
+func (m *Service) ListTemplates(ctx context.Context, p auth.Principal) (api.TemplateList, error) {
 	b, err := m.builder()
 	if err != nil {
 		return api.TemplateList{}, err
@@ -131,7 +131,7 @@ func (m *Manager) ListTemplates(ctx context.Context, p auth.Principal) (api.Temp
 }
 
 // GetTemplate returns template ref ("name" or "name@N").
-func (m *Manager) GetTemplate(ctx context.Context, p auth.Principal, ref string) (api.Template, error) {
+func (m *Service) GetTemplate(ctx context.Context, p auth.Principal, ref string) (api.Template, error) {
 	b, err := m.builder()
 	if err != nil {
 		return api.Template{}, err
@@ -142,7 +142,7 @@ func (m *Manager) GetTemplate(ctx context.Context, p auth.Principal, ref string)
 
 // DeleteTemplate deletes template ref ("name": all versions; "name@N": one).
 // A version a live sandbox uses keeps its files until that sandbox is gone.
-func (m *Manager) DeleteTemplate(ctx context.Context, p auth.Principal, ref string) error {
+func (m *Service) DeleteTemplate(ctx context.Context, p auth.Principal, ref string) error {
 	b, err := m.builder()
 	if err != nil {
 		return err
@@ -162,7 +162,7 @@ const templateWaitMax = 10 * time.Minute
 // garbage collected. A template without a ready version whose build runs
 // (a shipped template's first use starts it) is template_building; with
 // wait the build is waited for, up to templateWaitMax, holding nothing.
-func (m *Manager) resolveTemplate(ctx context.Context, tenant, name string, version int, ref string, wait bool) (template.Resolved, func(), error) {
+func (m *Service) resolveTemplate(ctx context.Context, tenant, name string, version int, ref string, wait bool) (template.Resolved, func(), error) {
 	deadline := time.Now().Add(templateWaitMax) // real waiting, not the injectable clock
 	waited := map[string]bool{}
 	for {
@@ -208,7 +208,7 @@ func building(ref, id string) error {
 	}
 }
 
-func (m *Manager) resolveTemplateOnce(ctx context.Context, tenant, name string, version int, ref string) (template.Resolved, func(), error) {
+func (m *Service) resolveTemplateOnce(ctx context.Context, tenant, name string, version int, ref string) (template.Resolved, func(), error) {
 	notFound := func(err error) error {
 		return &PublicError{Msg: fmt.Sprintf("template %q not found", ref), Err: fmt.Errorf("%w: %w", ErrTemplateNotFound, err)}
 	}
@@ -263,7 +263,7 @@ func mergeEnv(tmpl, req map[string]string) map[string]string {
 // startTemplate launches the template's start command as a tracked exec
 // (its output can be followed like any exec's) and waits for its ready
 // command to exit 0. It fails if the start command ends first or ctx ends.
-func (m *Manager) startTemplate(ctx context.Context, p auth.Principal, sb *sandbox, cfg template.Config) error {
+func (m *Service) startTemplate(ctx context.Context, p auth.Principal, sb *Live, cfg template.Config) error {
 	user := cfg.User
 	if user == "" {
 		user = agentproto.DefaultUser
@@ -328,7 +328,7 @@ func (m *Manager) startTemplate(ctx context.Context, p auth.Principal, sb *sandb
 
 // readyCheck runs the ready command once and reports whether it exited 0,
 // with its output (secrets masked).
-func (m *Manager) readyCheck(ctx context.Context, sb *sandbox, cfg template.Config, user string) (bool, string, error) {
+func (m *Service) readyCheck(ctx context.Context, sb *Live, cfg template.Config, user string) (bool, string, error) {
 	env := make(map[string]string, len(sb.env)+len(sb.secrets))
 	maps.Copy(env, sb.env)
 	maps.Copy(env, sb.secrets)

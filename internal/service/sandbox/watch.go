@@ -13,7 +13,7 @@ import (
 // watch is in place. The watch lives until the caller closes it, ctx ends,
 // or the sandbox stops (Next then fails with errdefs.ErrUnavailable); a
 // paused sandbox reports nothing until it is resumed.
-func (m *Manager) WatchDir(ctx context.Context, p auth.Principal, id, pth, user string, recursive bool) (_ *Watch, err error) {
+func (m *Service) WatchDir(ctx context.Context, p auth.Principal, id, pth, user string, recursive bool) (_ *Watch, err error) {
 	sctx, span := startSpan(ctx, "manager.files.watch", id)
 	defer func() { endSpan(span, err) }()
 	sb, err := m.fileSandbox(sctx, p, id, user, &pth)
