@@ -14,6 +14,7 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/service/code"
+	"github.com/airlockhq/airlock/internal/service/files"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -62,7 +63,7 @@ type Config struct {
 type Set struct {
 	Sandboxes  *sandbox.Service
 	Execs      *sandbox.Service
-	Files      *sandbox.Service
+	Files      *files.Service
 	Networks   *sandbox.Service
 	Previews   *sandbox.Service
 	Accounting *sandbox.Service
@@ -92,7 +93,7 @@ func New(cfg Config) (*Set, error) {
 	// does not know.
 	c := code.New(code.Config{Backend: code.ManagerBackend(m), Logger: cfg.Logger.With("component", "code"), Now: cfg.Now})
 	s := &Set{
-		Sandboxes: m, Execs: m, Files: m, Networks: m, Previews: m, Accounting: m, Templates: m, Code: c,
+		Sandboxes: m, Execs: m, Files: files.New(files.Config{Sandboxes: m, MaxUploadBytes: cfg.Settings.MaxUploadBytes}), Networks: m, Previews: m, Accounting: m, Templates: m, Code: c,
 	}
 	// Closed in reverse: the code interpreter's kernels before the
 	// sandboxes' agent connections.

@@ -18,7 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	pb "github.com/airlockhq/airlock/internal/plane/e2b/envd/filesystempb"
 	"github.com/airlockhq/airlock/internal/plane/e2b/envd/filesystempb/filesystempbconnect"
-	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/service/files"
 )
 
 // maxWatchers bounds the polled watchers (CreateWatcher) a daemon keeps, so
@@ -183,7 +183,7 @@ func errEventsLost() error {
 // watched directory dir. A rename becomes what envd (fsnotify) reports: a
 // RENAME of the old name, then a CREATE of the new one. lost is set when
 // the agent reported lost events.
-func envdEvents(dir string, evs []sandbox.WatchEvent) (out []*pb.FilesystemEvent, lost bool) {
+func envdEvents(dir string, evs []files.WatchEvent) (out []*pb.FilesystemEvent, lost bool) {
 	name := func(p string) string {
 		if p == dir {
 			return "."
@@ -198,18 +198,18 @@ func envdEvents(dir string, evs []sandbox.WatchEvent) (out []*pb.FilesystemEvent
 	}
 	for _, ev := range evs {
 		switch ev.Type {
-		case sandbox.WatchCreate:
+		case files.WatchCreate:
 			add(ev.Path, pb.EventType_EVENT_TYPE_CREATE)
-		case sandbox.WatchWrite:
+		case files.WatchWrite:
 			add(ev.Path, pb.EventType_EVENT_TYPE_WRITE)
-		case sandbox.WatchRemove:
+		case files.WatchRemove:
 			add(ev.Path, pb.EventType_EVENT_TYPE_REMOVE)
-		case sandbox.WatchChmod:
+		case files.WatchChmod:
 			add(ev.Path, pb.EventType_EVENT_TYPE_CHMOD)
-		case sandbox.WatchRename:
+		case files.WatchRename:
 			add(ev.From, pb.EventType_EVENT_TYPE_RENAME)
 			add(ev.Path, pb.EventType_EVENT_TYPE_CREATE)
-		case sandbox.WatchOverflow:
+		case files.WatchOverflow:
 			lost = true
 		}
 	}
@@ -218,13 +218,13 @@ func envdEvents(dir string, evs []sandbox.WatchEvent) (out []*pb.FilesystemEvent
 
 // watchBatch is one Next of a sandbox's watch.
 type watchBatch struct {
-	evs []sandbox.WatchEvent
+	evs []files.WatchEvent
 	err error
 }
 
 // follow reads w in a goroutine until it fails or ctx ends; the channel is
 // closed after the failing batch.
-func follow(ctx context.Context, w *sandbox.Watch) <-chan watchBatch {
+func follow(ctx context.Context, w *files.Watch) <-chan watchBatch {
 	ch := make(chan watchBatch)
 	go func() {
 		defer close(ch)
@@ -306,7 +306,7 @@ type watcher struct {
 }
 
 // collect gathers w's events until the watch ends.
-func (wt *watcher) collect(ctx context.Context, dir string, w *sandbox.Watch) {
+func (wt *watcher) collect(ctx context.Context, dir string, w *files.Watch) {
 	for b := range follow(ctx, w) {
 		wt.mu.Lock()
 		if b.err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/service/files"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
@@ -48,7 +49,7 @@ type Files interface {
 	WriteFile(ctx context.Context, p auth.Principal, id, pth, user string, mode os.FileMode, r io.Reader, maxBytes int64) (api.FileWritten, error)
 	TarIn(ctx context.Context, p auth.Principal, id, dir, user string, r io.Reader) (api.FileWritten, error)
 	ReadFile(ctx context.Context, p auth.Principal, id, pth, user string) (io.ReadCloser, api.FileInfo, error)
-	WatchDir(ctx context.Context, p auth.Principal, id, pth, user string, recursive bool) (*sandbox.Watch, error)
+	WatchDir(ctx context.Context, p auth.Principal, id, pth, user string, recursive bool) (*files.Watch, error)
 	AuditFileOp(ctx context.Context, p auth.Principal, id string, d api.FileAuditDetail)
 }
 

@@ -20,7 +20,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/service/files"
 )
 
 const tarType = "application/x-tar"
@@ -258,7 +258,7 @@ const spliceUploadMin = 1 << 20
 // sent by the connection's own writer once the request is over, with
 // Connection: close. It returns nil, having touched nothing, when the
 // request does not qualify or the connection cannot be taken.
-func takeUpload(w http.ResponseWriter, r *http.Request) *sandbox.SocketBody {
+func takeUpload(w http.ResponseWriter, r *http.Request) *files.SocketBody {
 	rec, ok := w.(*statusRecorder)
 	if !ok || rec.wrote || isTar(r) || r.ProtoMajor != 1 || r.TLS != nil || r.ContentLength < spliceUploadMin {
 		return nil
@@ -272,7 +272,7 @@ func takeUpload(w http.ResponseWriter, r *http.Request) *sandbox.SocketBody {
 	// net/http read past the headers: those bytes start the body.
 	head := make([]byte, min(int64(brw.Reader.Buffered()), r.ContentLength))
 	_, _ = io.ReadFull(brw.Reader, head)
-	sb := &sandbox.SocketBody{Head: head, Conn: conn, N: r.ContentLength - int64(len(head))}
+	sb := &files.SocketBody{Head: head, Conn: conn, N: r.ContentLength - int64(len(head))}
 	if len(head) == 0 && strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
 		// net/http would send this on the first read of the body; curl
 		// waits for it before sending a large one.
@@ -298,7 +298,7 @@ const rawResponseTimeout = 5 * time.Second
 type rawResponse struct {
 	conn   net.Conn
 	header http.Header
-	body   *sandbox.SocketBody
+	body   *files.SocketBody
 
 	mu     sync.Mutex
 	status int

@@ -9,6 +9,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/service/files"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
@@ -82,7 +83,7 @@ type Files interface {
 	// ReadFile opens pth (a tar stream for a directory).
 	ReadFile(ctx context.Context, p auth.Principal, id, pth, user string) (io.ReadCloser, api.FileInfo, error)
 	// WatchDir watches directory pth (its tree when recursive).
-	WatchDir(ctx context.Context, p auth.Principal, id, pth, user string, recursive bool) (*sandbox.Watch, error)
+	WatchDir(ctx context.Context, p auth.Principal, id, pth, user string, recursive bool) (*files.Watch, error)
 	// AuditFileOp records a file operation once it answered.
 	AuditFileOp(ctx context.Context, p auth.Principal, id string, d api.FileAuditDetail)
 }

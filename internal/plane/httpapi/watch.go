@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/auth"
-	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/service/files"
 )
 
 // watchRoute is the directory watch: Server-Sent Events of the changes
@@ -96,12 +96,12 @@ func (s *Server) fsWatch(w http.ResponseWriter, r *http.Request, p auth.Principa
 
 // watchBatch is one Next of a sandbox's watch.
 type watchBatch struct {
-	evs []sandbox.WatchEvent
+	evs []files.WatchEvent
 	err error
 }
 
 // watchBatches reads fw in a goroutine until it fails or ctx ends.
-func watchBatches(ctx context.Context, fw *sandbox.Watch) <-chan watchBatch {
+func watchBatches(ctx context.Context, fw *files.Watch) <-chan watchBatch {
 	ch := make(chan watchBatch)
 	go func() {
 		for {

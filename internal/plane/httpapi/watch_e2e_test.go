@@ -13,7 +13,7 @@ import (
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/service/files"
 )
 
 // TestE2ERuncWatch watches directories of a real runc sandbox: the agent's
@@ -31,7 +31,7 @@ func TestE2ERuncWatch(t *testing.T) {
 		if res := h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`mkdir w`)}); res.Status != api.ExecExited || intp(res.ExitCode) != "0" {
 			t.Fatalf("mkdir: %+v", res)
 		}
-		w, err := e.m.WatchDir(ctx, p, sb.ID, "/home/user/w", "", true)
+		w, err := e.svc.Files.WatchDir(ctx, p, sb.ID, "/home/user/w", "", true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +45,7 @@ func TestE2ERuncWatch(t *testing.T) {
 					t.Fatalf("Next: %v (got %v)", err, got)
 				}
 				for _, ev := range evs {
-					if ev.Type == sandbox.WatchWrite {
+					if ev.Type == files.WatchWrite {
 						continue
 					}
 					s := ev.Type + " " + ev.Path
@@ -80,13 +80,13 @@ func TestE2ERuncWatch(t *testing.T) {
 
 	t.Run("AsUser", func(t *testing.T) {
 		// /root is root's, 0700: user may not watch it, root may.
-		if w, err := e.m.WatchDir(ctx, p, sb.ID, "/root", "user", false); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		if w, err := e.svc.Files.WatchDir(ctx, p, sb.ID, "/root", "user", false); !errors.Is(err, errdefs.ErrPermissionDenied) {
 			if err == nil {
 				w.Close()
 			}
 			t.Fatalf("user watched /root: %v", err)
 		}
-		w, err := e.m.WatchDir(ctx, p, sb.ID, "/root", "root", false)
+		w, err := e.svc.Files.WatchDir(ctx, p, sb.ID, "/root", "root", false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,11 +95,11 @@ func TestE2ERuncWatch(t *testing.T) {
 			t.Fatalf("touch: %+v", res)
 		}
 		evs, err := w.Next()
-		if err != nil || len(evs) == 0 || evs[0].Type != sandbox.WatchCreate || evs[0].Path != "/root/mine" {
+		if err != nil || len(evs) == 0 || evs[0].Type != files.WatchCreate || evs[0].Path != "/root/mine" {
 			t.Fatalf("root's watch: %+v, %v", evs, err)
 		}
 		// Another tenant does not find the sandbox.
-		if _, err := e.m.WatchDir(ctx, auth.Principal{Tenant: "other"}, sb.ID, "/root", "root", false); !errors.Is(err, errdefs.ErrNotFound) {
+		if _, err := e.svc.Files.WatchDir(ctx, auth.Principal{Tenant: "other"}, sb.ID, "/root", "root", false); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Fatalf("other tenant: %v", err)
 		}
 	})

@@ -89,7 +89,7 @@ func (m *Service) StartCodeProcess(ctx context.Context, p auth.Principal, id str
 	if spec.Cwd != "" && !path.IsAbs(spec.Cwd) {
 		return nil, public(errInvalid, "cwd must be an absolute path")
 	}
-	sb, err := m.running(ctx, p, id)
+	sb, err := m.Running(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +321,7 @@ func (c *closingReader) Read(p []byte) (int, error) {
 // CodeSandboxGone returns a channel closed when sandbox id stops being
 // live, so that a code service can drop its contexts.
 func (m *Service) CodeSandboxGone(ctx context.Context, p auth.Principal, id string) (<-chan struct{}, error) {
-	sb, err := m.running(ctx, p, id)
+	sb, err := m.Running(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +337,7 @@ const codeExecPrefix = "cx_"
 // it before the first StartCodeProcess of a sandbox, from the one code
 // service of this manager.
 func (m *Service) KillCodeProcesses(ctx context.Context, p auth.Principal, id string) error {
-	sb, err := m.running(ctx, p, id)
+	sb, err := m.Running(ctx, p, id)
 	if err != nil {
 		return err
 	}

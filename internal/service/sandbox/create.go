@@ -23,6 +23,7 @@ import (
 	"github.com/airlockhq/airlock/internal/lazyregexp"
 	"github.com/airlockhq/airlock/internal/redact"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/tracing"
 )
 
 // knownRuntimes are the runtime names of the API. Asking for one of them
@@ -107,8 +108,8 @@ type CreateResult struct {
 // its agent answered. idemKey is the Idempotency-Key header ("" for none).
 // On any failure nothing of the sandbox is left running.
 func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSandboxRequest, idemKey string) (_ CreateResult, err error) {
-	ctx, span := startSpan(ctx, "manager.create", "")
-	defer func() { endSpan(span, err) }()
+	ctx, span := tracing.StartSpan(ctx, "manager.create", "")
+	defer func() { tracing.EndSpan(span, err) }()
 	sp, drv, err := m.validateCreate(req)
 	if err != nil {
 		return CreateResult{}, err
@@ -277,15 +278,15 @@ func (m *Service) bringUp(ctx context.Context, sb *Live, sp Spec, tmpl driver.Te
 		SecretsTmpfs: sp.SecretsAsFiles,
 	}
 	// The namespace first: the runtime joins it. failCreate tears it down.
-	nctx, span := startSpan(ctx, "network.setup", sb.id)
+	nctx, span := tracing.StartSpan(ctx, "network.setup", sb.id)
 	err := m.setupNetwork(nctx, sb, sp.Network, &dspec)
-	endSpan(span, err)
+	tracing.EndSpan(span, err)
 	if err != nil {
 		return err
 	}
-	dctx, span := startSpan(ctx, "driver.create", sb.id)
+	dctx, span := tracing.StartSpan(ctx, "driver.create", sb.id)
 	h, err := sb.drv.Create(dctx, dspec)
-	endSpan(span, err)
+	tracing.EndSpan(span, err)
 	if err != nil {
 		return fmt.Errorf("driver create: %w", err)
 	}
@@ -296,21 +297,21 @@ func (m *Service) bringUp(ctx context.Context, sb *Live, sp Spec, tmpl driver.Te
 	if err := sb.update(ctx, func(r *store.Sandbox) { r.Handle = hj }); err != nil {
 		return err
 	}
-	sctx, span := startSpan(ctx, "driver.start", sb.id)
+	sctx, span := tracing.StartSpan(ctx, "driver.start", sb.id)
 	err = sb.drv.Start(sctx, sb.id)
-	endSpan(span, err)
+	tracing.EndSpan(span, err)
 	if err != nil {
 		return fmt.Errorf("driver start: %w", err)
 	}
-	actx, span := startSpan(ctx, "agent.ready", sb.id)
+	actx, span := tracing.StartSpan(ctx, "agent.ready", sb.id)
 	err = m.agentReady(actx, sb)
-	endSpan(span, err)
+	tracing.EndSpan(span, err)
 	if err != nil || !sp.SecretsAsFiles {
 		return err
 	}
-	wctx, span := startSpan(ctx, "agent.secret_files", sb.id)
+	wctx, span := tracing.StartSpan(ctx, "agent.secret_files", sb.id)
 	err = m.writeSecretFiles(wctx, sb, secrets)
-	endSpan(span, err)
+	tracing.EndSpan(span, err)
 	return err
 }
 

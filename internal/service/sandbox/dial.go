@@ -51,7 +51,7 @@ func (m *Service) DialSandbox(ctx context.Context, p auth.Principal, id string, 
 	if port < 1 || port > 65535 {
 		return nil, public(errInvalid, "port %d is out of range", port)
 	}
-	sb, err := m.running(ctx, p, id)
+	sb, err := m.Running(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}

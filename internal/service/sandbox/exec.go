@@ -22,6 +22,7 @@ import (
 	"github.com/airlockhq/airlock/internal/lazyregexp"
 	"github.com/airlockhq/airlock/internal/redact"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/tracing"
 )
 
 // Timing of exec tracking.
@@ -160,13 +161,13 @@ func (m *Service) validateExec(req api.ExecRequest) (agentproto.ExecRequest, err
 func (m *Service) Exec(ctx context.Context, p auth.Principal, id string, req api.ExecRequest, opts ExecOptions) (_ *Exec, err error) {
 	// Spans hold ids only (no argv, env or output), so that tracing adds
 	// no per-exec allocation beyond the span itself.
-	ctx, span := startSpan(ctx, "manager.exec", id)
-	defer func() { endSpan(span, err) }()
+	ctx, span := tracing.StartSpan(ctx, "manager.exec", id)
+	defer func() { tracing.EndSpan(span, err) }()
 	areq, err := m.validateExec(req)
 	if err != nil {
 		return nil, err
 	}
-	sb, err := m.running(ctx, p, id)
+	sb, err := m.Running(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +289,7 @@ func (m *Service) Exec(ctx context.Context, p auth.Principal, id string, req api
 	oomWG.Wait() // the tracker reads the baseline
 	// exec.run lasts until the command ended, after the request may have
 	// returned; it is a child of manager.exec all the same.
-	_, runSpan := startSpan(ctx, "exec.run", "")
+	_, runSpan := tracing.StartSpan(ctx, "exec.run", "")
 	m.goBackground(func() {
 		t.run(tctx, cancel, stream)
 		runSpan.End()
@@ -845,7 +846,7 @@ func (m *Service) findExec(ctx context.Context, p auth.Principal, id, eid string
 		}
 	} else {
 		sb = nil
-		if _, err := m.record(ctx, p, id); err != nil {
+		if _, err := m.Record(ctx, p, id); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -887,7 +888,7 @@ func (m *Service) GetExec(ctx context.Context, p auth.Principal, id, eid string)
 
 // ListExecs returns one page of sandbox id's exec records, newest first.
 func (m *Service) ListExecs(ctx context.Context, p auth.Principal, id string, limit int, cursor string) (api.ExecList, error) {
-	if _, err := m.record(ctx, p, id); err != nil {
+	if _, err := m.Record(ctx, p, id); err != nil {
 		return api.ExecList{}, err
 	}
 	recs, next, err := m.store.ListExecs(ctx, id, limit, cursor)

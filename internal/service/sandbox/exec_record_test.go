@@ -3,55 +3,24 @@ package sandbox_test
 import (
 	"context"
 	"database/sql"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
-	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/service/servicetest"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-// newManager runs a manager on a fresh store and the fake driver (whose
-// agents are real, in this process). It returns the store's file too.
+// newManager runs the services on a fresh store and the fake driver
+// (whose agents are real, in this process). It returns the store and its
+// file too.
 func newManager(t *testing.T) (*sandbox.Service, *store.Store, string) {
 	t.Helper()
-	dir := t.TempDir()
-	dbPath := filepath.Join(dir, "airlock.db")
-	st, err := store.Open(context.Background(), dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	drv := servicetest.New("runc", filepath.Join(dir, "sandboxes"))
-	settings := config.Default()
-	settings.DataDir = dir
-	m, err := sandbox.New(sandbox.Config{
-		Settings: settings, Store: st, Drivers: []driver.Driver{drv},
-		Templates:        servicetest.Templates{"base": {{Name: "base", Version: 1}}},
-		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		AgentDialTimeout: 5 * time.Second, ExecRetention: time.Minute,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		m.Close()
-		if err := drv.Close(); err != nil {
-			t.Errorf("driver cleanup: %v", err)
-		}
-		st.Close()
-	})
-	return m, st, dbPath
+	e := servicetest.Start(t, servicetest.Options{})
+	return e.Sandboxes, e.Store, e.DBPath
 }
 
 // TestExecAnswersBeforeItsRecord holds the store's write lock while an exec

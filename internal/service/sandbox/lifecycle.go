@@ -13,6 +13,7 @@ import (
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/tracing"
 )
 
 // view turns a record into the API's sandbox.
@@ -47,17 +48,17 @@ func (m *Service) view(rec store.Sandbox) api.Sandbox {
 
 // Get returns sandbox id as p sees it.
 func (m *Service) Get(ctx context.Context, p auth.Principal, id string) (api.Sandbox, error) {
-	rec, err := m.record(ctx, p, id)
+	rec, err := m.Record(ctx, p, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	return m.view(rec), nil
 }
 
-// record loads the stored record of id if p may see it. A sandbox of
+// Record loads the stored record of sandbox id if p may see it. A sandbox of
 // another tenant takes the same path and gives the same error as a missing
 // one.
-func (m *Service) record(ctx context.Context, p auth.Principal, id string) (store.Sandbox, error) {
+func (m *Service) Record(ctx context.Context, p auth.Principal, id string) (store.Sandbox, error) {
 	rec, err := m.store.GetSandbox(ctx, id, p.TenantFilter())
 	if errdefs.IsNotFound(err) {
 		return store.Sandbox{}, sandboxNotFound()
@@ -65,9 +66,9 @@ func (m *Service) record(ctx context.Context, p auth.Principal, id string) (stor
 	return rec, err
 }
 
-// liveSandbox returns the in-memory sandbox id if p may see it. A sandbox
+// LiveSandbox returns the in-memory sandbox id if p may see it. A sandbox
 // that exists but is not live is an invalid_state error.
-func (m *Service) liveSandbox(ctx context.Context, p auth.Principal, id string) (*Live, error) {
+func (m *Service) LiveSandbox(ctx context.Context, p auth.Principal, id string) (*Live, error) {
 	m.mu.Lock()
 	sb := m.live[id]
 	m.mu.Unlock()
@@ -76,16 +77,25 @@ func (m *Service) liveSandbox(ctx context.Context, p auth.Principal, id string) 
 	}
 	// Not live, or another tenant's: both go to the store with the tenant
 	// filter, so a foreign sandbox ends in the same not-found as a missing one.
-	rec, err := m.record(ctx, p, id)
+	rec, err := m.Record(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
 	return nil, public(errdefs.ErrInvalidState, "sandbox is %s", rec.State)
 }
 
-// running returns the sandbox if it is running (exec and files need that).
-func (m *Service) running(ctx context.Context, p auth.Principal, id string) (*Live, error) {
-	sb, err := m.liveSandbox(ctx, p, id)
+// Lookup returns live sandbox id, nil if it is not live. It checks no
+// principal: it is for the daemon's own work (the preview listener, the
+// audit of an operation already allowed).
+func (m *Service) Lookup(id string) *Live {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.live[id]
+}
+
+// Running returns the sandbox if p may see it and it is running (exec and files need that).
+func (m *Service) Running(ctx context.Context, p auth.Principal, id string) (*Live, error) {
+	sb, err := m.LiveSandbox(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
@@ -152,13 +162,13 @@ func publicText(err error) string {
 // Delete stops and removes sandbox id. Deleting a sandbox that is already
 // stopped (or was never fully created) succeeds; nothing of it is left.
 func (m *Service) Delete(ctx context.Context, p auth.Principal, id string) (err error) {
-	ctx, span := startSpan(ctx, "manager.delete", id)
-	defer func() { endSpan(span, err) }()
+	ctx, span := tracing.StartSpan(ctx, "manager.delete", id)
+	defer func() { tracing.EndSpan(span, err) }()
 	m.mu.Lock()
 	sb := m.live[id]
 	m.mu.Unlock()
 	if sb == nil || !p.CanSee(sb.tenant) {
-		rec, err := m.record(ctx, p, id)
+		rec, err := m.Record(ctx, p, id)
 		if err != nil {
 			return err
 		}
@@ -313,7 +323,7 @@ func (m *Service) SetTimeout(ctx context.Context, p auth.Principal, id string, t
 	if timeoutS < 1 || timeoutS > m.settings.MaxTimeoutS {
 		return api.Sandbox{}, public(errInvalid, "timeout_s must be between 1 and %d", m.settings.MaxTimeoutS)
 	}
-	sb, err := m.liveSandbox(ctx, p, id)
+	sb, err := m.LiveSandbox(ctx, p, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -339,9 +349,9 @@ func (m *Service) SetTimeout(ctx context.Context, p auth.Principal, id string, t
 
 // Pause freezes sandbox id. Pausing a paused sandbox is a no-op.
 func (m *Service) Pause(ctx context.Context, p auth.Principal, id string) (_ api.Sandbox, err error) {
-	ctx, span := startSpan(ctx, "manager.pause", id)
-	defer func() { endSpan(span, err) }()
-	sb, err := m.liveSandbox(ctx, p, id)
+	ctx, span := tracing.StartSpan(ctx, "manager.pause", id)
+	defer func() { tracing.EndSpan(span, err) }()
+	sb, err := m.LiveSandbox(ctx, p, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -379,9 +389,9 @@ func (m *Service) Pause(ctx context.Context, p auth.Principal, id string) (_ api
 // Resume thaws sandbox id; its deadline moves by the time it was paused.
 // Resuming a running sandbox is a no-op.
 func (m *Service) Resume(ctx context.Context, p auth.Principal, id string) (_ api.Sandbox, err error) {
-	ctx, span := startSpan(ctx, "manager.resume", id)
-	defer func() { endSpan(span, err) }()
-	sb, err := m.liveSandbox(ctx, p, id)
+	ctx, span := tracing.StartSpan(ctx, "manager.resume", id)
+	defer func() { tracing.EndSpan(span, err) }()
+	sb, err := m.LiveSandbox(ctx, p, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -431,7 +441,7 @@ func (m *Service) unpause(r *store.Sandbox) {
 
 // Metrics samples sandbox id's resource use.
 func (m *Service) Metrics(ctx context.Context, p auth.Principal, id string) (api.Metrics, error) {
-	sb, err := m.liveSandbox(ctx, p, id)
+	sb, err := m.LiveSandbox(ctx, p, id)
 	if err != nil {
 		return api.Metrics{}, err
 	}
@@ -464,8 +474,8 @@ func (m *Service) Metrics(ctx context.Context, p auth.Principal, id string) (api
 	return out, nil
 }
 
-// liveList returns the live sandboxes.
-func (m *Service) liveList() []*Live {
+// Lives returns the live sandboxes.
+func (m *Service) Lives() []*Live {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]*Live, 0, len(m.live))
@@ -479,7 +489,7 @@ func (m *Service) liveList() []*Live {
 // wait: their clock is stopped.
 func (m *Service) expire() {
 	now := m.now()
-	for _, sb := range m.liveList() {
+	for _, sb := range m.Lives() {
 		sb.mu.Lock()
 		due := sb.rec.State == api.StateRunning && !now.Before(sb.rec.ExpiresAt) && !sb.expiring
 		if due {
@@ -510,7 +520,7 @@ func (m *Service) sweep() {
 	const sweepParallel = 4
 	sem := make(chan struct{}, sweepParallel)
 	var wg sync.WaitGroup
-	for _, sb := range m.liveList() {
+	for _, sb := range m.Lives() {
 		st := sb.state()
 		if st == api.StateStarting {
 			continue

@@ -238,3 +238,7 @@ func (sb *Live) update(ctx context.Context, mutate func(*store.Sandbox)) error {
 	sb.rec = rec
 	return nil
 }
+
+// ValidUser reports whether name may name a user of a sandbox in a
+// request (the agent then checks that the sandbox has it).
+func ValidUser(name string) bool { return userRE.MatchString(name) }

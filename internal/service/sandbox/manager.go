@@ -468,7 +468,7 @@ type SandboxCount struct {
 func (m *Service) SandboxCounts() []SandboxCount {
 	type key struct{ st, rt, tp string }
 	counts := map[key]int{}
-	for _, sb := range m.liveList() {
+	for _, sb := range m.Lives() {
 		sb.mu.Lock()
 		counts[key{sb.rec.State, sb.rec.Runtime, sb.rec.Template}]++
 		sb.mu.Unlock()

@@ -247,7 +247,7 @@ func (m *Service) networkLost(id string, err error) {
 // /v1/sandboxes/{id}/network). It takes effect at once and is kept across
 // daemon restarts.
 func (m *Service) UpdateNetwork(ctx context.Context, p auth.Principal, id string, req api.Network) (api.Sandbox, error) {
-	sb, err := m.liveSandbox(ctx, p, id)
+	sb, err := m.LiveSandbox(ctx, p, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}

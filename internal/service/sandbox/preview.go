@@ -186,7 +186,7 @@ func (m *Service) CreatePreview(ctx context.Context, p auth.Principal, id string
 	if req.Port < 1 || req.Port > 65535 {
 		return api.Preview{}, public(errInvalid, "port must be 1-65535")
 	}
-	sb, err := m.running(ctx, p, id)
+	sb, err := m.Running(ctx, p, id)
 	if err != nil {
 		return api.Preview{}, err
 	}
@@ -230,7 +230,7 @@ func (m *Service) CreatePreview(ctx context.Context, p auth.Principal, id string
 
 // ListPreviews lists the exposed ports of sandbox id, by port.
 func (m *Service) ListPreviews(ctx context.Context, p auth.Principal, id string) (api.PreviewList, error) {
-	sb, err := m.liveSandbox(ctx, p, id)
+	sb, err := m.LiveSandbox(ctx, p, id)
 	if err != nil {
 		return api.PreviewList{}, err
 	}
@@ -258,7 +258,7 @@ func (m *Service) ListPreviews(ctx context.Context, p auth.Principal, id string)
 // DeletePreview stops exposing port of sandbox id; connections already
 // open are not cut.
 func (m *Service) DeletePreview(ctx context.Context, p auth.Principal, id string, port int) error {
-	sb, err := m.liveSandbox(ctx, p, id)
+	sb, err := m.LiveSandbox(ctx, p, id)
 	if err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@ func (m *Service) sampleLoop() {
 		case <-m.ctx.Done():
 			return
 		case <-tick.C:
-			for _, sb := range m.liveList() {
+			for _, sb := range m.Lives() {
 				if m.ctx.Err() != nil {
 					return
 				}
@@ -174,7 +174,7 @@ func (m *Service) MetricsSeries(ctx context.Context, p auth.Principal, id string
 	if err != nil {
 		return api.SandboxMetrics{}, err
 	}
-	sb, err := m.liveSandbox(ctx, p, id)
+	sb, err := m.LiveSandbox(ctx, p, id)
 	if err != nil {
 		return api.SandboxMetrics{}, err
 	}
@@ -200,7 +200,7 @@ func (m *Service) Usage(ctx context.Context, p auth.Principal, tenant string, fr
 	}
 	// Fold the live sandboxes' latest seconds in, so a report is current to
 	// the call rather than to the last tick.
-	for _, sb := range m.liveList() {
+	for _, sb := range m.Lives() {
 		if p.CanSee(sb.tenant) && (tenant == "" || sb.tenant == tenant) {
 			m.sample(ctx, sb)
 		}

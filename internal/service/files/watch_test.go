@@ -1,4 +1,4 @@
-package sandbox_test
+package files_test
 
 import (
 	"context"
@@ -11,10 +11,12 @@ import (
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/service/servicetest"
 )
 
 func TestWatchDir(t *testing.T) {
-	m, _, _ := newManager(t)
+	e := servicetest.Start(t, servicetest.Options{})
+	m := e.Sandboxes
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p := auth.Principal{Tenant: "acme"}
@@ -41,7 +43,7 @@ func TestWatchDir(t *testing.T) {
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
-				w, err := m.WatchDir(ctx, tc.p, id, tc.path, tc.user, false)
+				w, err := e.Files.WatchDir(ctx, tc.p, id, tc.path, tc.user, false)
 				if err == nil {
 					w.Close()
 				}
@@ -53,7 +55,7 @@ func TestWatchDir(t *testing.T) {
 	})
 
 	t.Run("Events", func(t *testing.T) {
-		w, err := m.WatchDir(ctx, p, id, "/home/user", "", true)
+		w, err := e.Files.WatchDir(ctx, p, id, "/home/user", "", true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,14 +78,14 @@ func TestWatchDir(t *testing.T) {
 		// A new directory's create is reported once it is watched: what
 		// is done in it afterwards is seen event by event (what happened
 		// in between, only a scan of it could show).
-		if _, err := m.Mkdir(ctx, p, id, "/home/user/sub", "", false); err != nil {
+		if _, err := e.Files.Mkdir(ctx, p, id, "/home/user/sub", "", false); err != nil {
 			t.Fatal(err)
 		}
 		until("create /home/user/sub")
-		if _, err := m.WriteFile(ctx, p, id, "/home/user/sub/f.txt", "", 0, strings.NewReader("x"), 0); err != nil {
+		if _, err := e.Files.WriteFile(ctx, p, id, "/home/user/sub/f.txt", "", 0, strings.NewReader("x"), 0); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.Move(ctx, p, id, "/home/user/sub/f.txt", "/home/user/sub/g.txt", ""); err != nil {
+		if _, err := e.Files.Move(ctx, p, id, "/home/user/sub/f.txt", "/home/user/sub/g.txt", ""); err != nil {
 			t.Fatal(err)
 		}
 		until("rename /home/user/sub/g.txt")
@@ -94,7 +96,7 @@ func TestWatchDir(t *testing.T) {
 	})
 
 	t.Run("EndsWithSandbox", func(t *testing.T) {
-		w, err := m.WatchDir(ctx, p, id, "/home/user", "", false)
+		w, err := e.Files.WatchDir(ctx, p, id, "/home/user", "", false)
 		if err != nil {
 			t.Fatal(err)
 		}

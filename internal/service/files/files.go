@@ -1,4 +1,4 @@
-package sandbox
+package files
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/redact"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/tracing"
 )
 
 // maxPathLen is PATH_MAX: longer paths cannot name a file anyway.
@@ -47,14 +49,14 @@ func cleanPath(p, field string) (string, error) {
 }
 
 func checkUser(user string) error {
-	if user != "" && !userRE.MatchString(user) {
+	if user != "" && !sandbox.ValidUser(user) {
 		return public(errInvalid, "user %q is not a valid user name", truncate(user, 32))
 	}
 	return nil
 }
 
 // fileSandbox validates the path and user and returns the running sandbox.
-func (m *Service) fileSandbox(ctx context.Context, p auth.Principal, id, user string, paths ...*string) (*Live, error) {
+func (m *Service) fileSandbox(ctx context.Context, p auth.Principal, id, user string, paths ...*string) (*sandbox.Live, error) {
 	if err := checkUser(user); err != nil {
 		return nil, err
 	}
@@ -69,7 +71,7 @@ func (m *Service) fileSandbox(ctx context.Context, p auth.Principal, id, user st
 		}
 		*ptr = c
 	}
-	return m.running(ctx, p, id)
+	return m.sandboxes.Running(ctx, p, id)
 }
 
 // fileInfo turns the agent's file info into the API's.
@@ -82,14 +84,14 @@ func fileInfo(fi agentproto.FileInfo) api.FileInfo {
 
 // StatFile describes path in sandbox id.
 func (m *Service) StatFile(ctx context.Context, p auth.Principal, id, pth, user string) (api.FileInfo, error) {
-	ctx, span := startSpan(ctx, "manager.files.stat", id)
+	ctx, span := tracing.StartSpan(ctx, "manager.files.stat", id)
 	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)
 	if err != nil {
 		return api.FileInfo{}, err
 	}
 	var fi agentproto.FileInfo
-	err = sb.withAgent(ctx, func(c *agentclient.Client) error {
+	err = sb.WithAgent(ctx, func(c *agentclient.Client) error {
 		fi, err = c.Stat(ctx, pth, user)
 		return err
 	})
@@ -98,7 +100,7 @@ func (m *Service) StatFile(ctx context.Context, p auth.Principal, id, pth, user 
 
 // ListFiles lists directory pth down to depth levels.
 func (m *Service) ListFiles(ctx context.Context, p auth.Principal, id, pth, user string, depth int) (api.FileList, error) {
-	ctx, span := startSpan(ctx, "manager.files.list", id)
+	ctx, span := tracing.StartSpan(ctx, "manager.files.list", id)
 	defer span.End()
 	if depth < 1 || depth > 32 {
 		return api.FileList{}, public(errInvalid, "depth must be between 1 and 32")
@@ -108,7 +110,7 @@ func (m *Service) ListFiles(ctx context.Context, p auth.Principal, id, pth, user
 		return api.FileList{}, err
 	}
 	var fis []agentproto.FileInfo
-	err = sb.withAgent(ctx, func(c *agentclient.Client) error {
+	err = sb.WithAgent(ctx, func(c *agentclient.Client) error {
 		fis, err = c.List(ctx, pth, user, depth)
 		return err
 	})
@@ -124,14 +126,14 @@ func (m *Service) ListFiles(ctx context.Context, p auth.Principal, id, pth, user
 
 // Mkdir creates directory pth (and its parents when parents).
 func (m *Service) Mkdir(ctx context.Context, p auth.Principal, id, pth, user string, parents bool) (api.FileInfo, error) {
-	ctx, span := startSpan(ctx, "manager.files.mkdir", id)
+	ctx, span := tracing.StartSpan(ctx, "manager.files.mkdir", id)
 	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)
 	if err != nil {
 		return api.FileInfo{}, err
 	}
 	var fi agentproto.FileInfo
-	err = sb.withAgent(ctx, func(c *agentclient.Client) error {
+	err = sb.WithAgent(ctx, func(c *agentclient.Client) error {
 		if err := c.Mkdir(ctx, pth, user, parents); err != nil {
 			return err
 		}
@@ -143,13 +145,13 @@ func (m *Service) Mkdir(ctx context.Context, p auth.Principal, id, pth, user str
 
 // Move renames from to to.
 func (m *Service) Move(ctx context.Context, p auth.Principal, id, from, to, user string) (api.FileInfo, error) {
-	ctx, span := startSpan(ctx, "manager.files.move", id)
+	ctx, span := tracing.StartSpan(ctx, "manager.files.move", id)
 	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &from, &to)
 	if err != nil {
 		return api.FileInfo{}, err
 	}
-	c, err := sb.agent(ctx)
+	c, err := sb.Agent(ctx)
 	if err != nil {
 		return api.FileInfo{}, err
 	}
@@ -164,7 +166,7 @@ func (m *Service) Move(ctx context.Context, p auth.Principal, id, from, to, user
 
 // RemoveFile deletes pth (a non-empty directory needs recursive).
 func (m *Service) RemoveFile(ctx context.Context, p auth.Principal, id, pth, user string, recursive bool) error {
-	ctx, span := startSpan(ctx, "manager.files.remove", id)
+	ctx, span := tracing.StartSpan(ctx, "manager.files.remove", id)
 	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)
 	if err != nil {
@@ -173,7 +175,7 @@ func (m *Service) RemoveFile(ctx context.Context, p auth.Principal, id, pth, use
 	if pth == "/" {
 		return public(errInvalid, "refusing to remove /")
 	}
-	c, err := sb.agent(ctx)
+	c, err := sb.Agent(ctx)
 	if err != nil {
 		return err
 	}
@@ -182,16 +184,16 @@ func (m *Service) RemoveFile(ctx context.Context, p auth.Principal, id, pth, use
 
 // WriteFile stores r at pth with mode (0: default), at most maxBytes.
 func (m *Service) WriteFile(ctx context.Context, p auth.Principal, id, pth, user string, mode os.FileMode, r io.Reader, maxBytes int64) (api.FileWritten, error) {
-	ctx, span := startSpan(ctx, "manager.files.write", id)
+	ctx, span := tracing.StartSpan(ctx, "manager.files.write", id)
 	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)
 	if err != nil {
 		return api.FileWritten{}, err
 	}
-	if maxBytes <= 0 || maxBytes > m.settings.MaxUploadBytes {
-		maxBytes = m.settings.MaxUploadBytes
+	if maxBytes <= 0 || maxBytes > m.maxUploadBytes {
+		maxBytes = m.maxUploadBytes
 	}
-	c, err := sb.agent(ctx)
+	c, err := sb.Agent(ctx)
 	if err != nil {
 		return api.FileWritten{}, err
 	}
@@ -205,13 +207,13 @@ func (m *Service) WriteFile(ctx context.Context, p auth.Principal, id, pth, user
 // TarIn unpacks the tar stream r into directory dir. It returns the bytes
 // of the archive read.
 func (m *Service) TarIn(ctx context.Context, p auth.Principal, id, dir, user string, r io.Reader) (api.FileWritten, error) {
-	ctx, span := startSpan(ctx, "manager.files.tar_in", id)
+	ctx, span := tracing.StartSpan(ctx, "manager.files.tar_in", id)
 	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &dir)
 	if err != nil {
 		return api.FileWritten{}, err
 	}
-	c, err := sb.agent(ctx)
+	c, err := sb.Agent(ctx)
 	if err != nil {
 		return api.FileWritten{}, err
 	}
@@ -225,13 +227,13 @@ func (m *Service) TarIn(ctx context.Context, p auth.Principal, id, dir, user str
 // ReadFile opens pth. For a directory, isDir is set and rc is a tar stream
 // of it. The caller closes rc.
 func (m *Service) ReadFile(ctx context.Context, p auth.Principal, id, pth, user string) (rc io.ReadCloser, fi api.FileInfo, err error) {
-	ctx, span := startSpan(ctx, "manager.files.read", id)
-	defer func() { endSpan(span, err) }()
+	ctx, span := tracing.StartSpan(ctx, "manager.files.read", id)
+	defer func() { tracing.EndSpan(span, err) }()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)
 	if err != nil {
 		return nil, api.FileInfo{}, err
 	}
-	err = sb.withAgent(ctx, func(c *agentclient.Client) error {
+	err = sb.WithAgent(ctx, func(c *agentclient.Client) error {
 		st, err := c.Stat(ctx, pth, user)
 		if err != nil {
 			return err
@@ -250,7 +252,7 @@ func (m *Service) ReadFile(ctx context.Context, p auth.Principal, id, pth, user 
 		return err
 	})
 	if rc != nil {
-		rc = redact.NewReader(sb.red, rc)
+		rc = redact.NewReader(sb.Redactor(), rc)
 	}
 	return rc, fi, err
 }
