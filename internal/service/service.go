@@ -6,6 +6,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/airlockhq/airlock/internal/service/code"
 	"github.com/airlockhq/airlock/internal/service/files"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/service/templates"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -31,7 +33,7 @@ type Config struct {
 	// Drivers are the runtimes of this host.
 	Drivers []driver.Driver
 	// Templates resolves template references without a builder (tests).
-	Templates sandbox.Templates
+	Templates templates.Catalog
 	// Builder, when set, builds and catalogs templates.
 	Builder *build.Builder
 	// Network is the sandbox network backend (sandbox.NetworkOf); nil
@@ -67,7 +69,7 @@ type Set struct {
 	Networks   *sandbox.Service
 	Previews   *sandbox.Service
 	Accounting *sandbox.Service
-	Templates  *sandbox.Service
+	Templates  *templates.Service
 	Code       *code.Service
 
 	closers []func()
@@ -78,8 +80,16 @@ func New(cfg Config) (*Set, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Templates == nil && cfg.Builder != nil {
+		cfg.Templates = cfg.Builder
+	}
+	if cfg.Templates == nil {
+		return nil, errors.New("service: a template catalog or builder is required")
+	}
+	// The policies the lifecycle consults.
+	tmpl := templates.New(templates.Config{Builder: cfg.Builder, Catalog: cfg.Templates, Logger: cfg.Logger})
 	m, err := sandbox.New(sandbox.Config{
-		Settings: cfg.Settings, Store: cfg.Store, Drivers: cfg.Drivers, Templates: cfg.Templates, Builder: cfg.Builder,
+		Settings: cfg.Settings, Store: cfg.Store, Drivers: cfg.Drivers, Templates: tmpl,
 		SecretsKeyPath: cfg.SecretsKeyPath, Logger: cfg.Logger, Now: cfg.Now,
 		TickInterval: cfg.TickInterval, SweepInterval: cfg.SweepInterval, AgentDialTimeout: cfg.AgentDialTimeout,
 		CreateTimeout: cfg.CreateTimeout, ExecRetention: cfg.ExecRetention, SampleInterval: cfg.SampleInterval,
@@ -87,17 +97,18 @@ func New(cfg Config) (*Set, error) {
 		Audit: cfg.Audit, Attribution: cfg.Attribution, Observer: cfg.Observer,
 	})
 	if err != nil {
+		tmpl.Close()
 		return nil, err
 	}
 	// The code interpreter is one per daemon: it kills the kernels it
 	// does not know.
 	c := code.New(code.Config{Backend: code.ManagerBackend(m), Logger: cfg.Logger.With("component", "code"), Now: cfg.Now})
 	s := &Set{
-		Sandboxes: m, Execs: m, Files: files.New(files.Config{Sandboxes: m, MaxUploadBytes: cfg.Settings.MaxUploadBytes}), Networks: m, Previews: m, Accounting: m, Templates: m, Code: c,
+		Sandboxes: m, Execs: m, Files: files.New(files.Config{Sandboxes: m, MaxUploadBytes: cfg.Settings.MaxUploadBytes}), Networks: m, Previews: m, Accounting: m, Templates: tmpl, Code: c,
 	}
 	// Closed in reverse: the code interpreter's kernels before the
 	// sandboxes' agent connections.
-	s.closers = []func(){func() { m.Close() }, c.Close}
+	s.closers = []func(){tmpl.Close, func() { m.Close() }, c.Close}
 	return s, nil
 }
 

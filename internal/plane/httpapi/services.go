@@ -11,6 +11,7 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/service/files"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/service/templates"
 )
 
 // The services behind the routes, each as the interface of what the
@@ -118,7 +119,7 @@ type Templates interface {
 	BuildTemplate(ctx context.Context, p auth.Principal, req api.TemplateBuildRequest, contextPath, imagePath string) (api.TemplateBuildStarted, error)
 	TemplateBuild(ctx context.Context, p auth.Principal, id string) (api.TemplateBuild, error)
 	// FollowTemplateBuild reads a build's log from offset from.
-	FollowTemplateBuild(ctx context.Context, p auth.Principal, id string, from int64) (*sandbox.LogFollower, error)
+	FollowTemplateBuild(ctx context.Context, p auth.Principal, id string, from int64) (*templates.LogFollower, error)
 	ListTemplates(ctx context.Context, p auth.Principal) (api.TemplateList, error)
 	GetTemplate(ctx context.Context, p auth.Principal, ref string) (api.Template, error)
 	DeleteTemplate(ctx context.Context, p auth.Principal, ref string) error

@@ -125,7 +125,7 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	if err != nil {
 		return CreateResult{}, err
 	}
-	resolved, releaseTemplate, err := m.resolveTemplate(ctx, p.Tenant, ref, version, sp.Template, req.WaitForTemplate)
+	resolved, releaseTemplate, err := m.tmpl.Resolve(ctx, p.Tenant, ref, version, sp.Template, req.WaitForTemplate)
 	if err != nil {
 		return CreateResult{}, err
 	}

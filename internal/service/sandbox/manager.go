@@ -23,20 +23,22 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
-	"github.com/airlockhq/airlock/internal/build"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/template"
 )
 
-// Templates resolves a template reference to the layers a driver stacks
-// (build.Builder implements it for the shipped templates; with
-// Config.Builder set, the builder's tenant-aware catalog is used instead).
+// Templates resolves the template of a create (service/templates).
 type Templates interface {
-	// Get returns template name at version (0: the newest), or an error
-	// wrapping errdefs.ErrNotFound.
-	Get(name string, version int) (driver.Template, error)
+	// Resolve returns template name at version (0: the newest) for
+	// tenant, with its config; ref is the reference as the request gave
+	// it, for messages. release must be called once the sandbox's record
+	// is stored (or the create failed before): until then the template's
+	// layers cannot be garbage collected. A template whose build runs is
+	// template_building; with wait the build is waited for first.
+	Resolve(ctx context.Context, tenant, name string, version int, ref string, wait bool) (_ template.Resolved, release func(), _ error)
 }
 
 // Defaults of Config's timing fields.
@@ -77,13 +79,8 @@ type Config struct {
 	// Drivers are the runtimes this host offers. The first one whose name is
 	// Settings.DefaultRuntime is the default.
 	Drivers []driver.Driver
-	// Templates resolves template references. Required.
+	// Templates resolves the templates of creates. Required.
 	Templates Templates
-	// Builder, when set, builds and catalogs templates (the /v1/templates
-	// API) and resolves the templates of creates per tenant, with their
-	// env and start and ready commands. Without it templates come from
-	// Templates alone and the template API answers not_implemented.
-	Builder *build.Builder
 	// SecretsKeyPath is the file of the key that seals secrets at rest;
 	// default <Settings.DataDir>/secrets.key.
 	SecretsKeyPath string
