@@ -51,6 +51,7 @@ import (
 	"github.com/airlockhq/airlock/internal/preview"
 	"github.com/airlockhq/airlock/internal/reaper"
 	"github.com/airlockhq/airlock/internal/service"
+	"github.com/airlockhq/airlock/internal/service/netpolicy"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
@@ -286,7 +287,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	// (sandbox → tenant, template) is made first, its methods are the
 	// network's sinks, and the manager, made last, is given it too.
 	ncfg, regs := networkConfig(cfg, opts, slot.Names, closed, log)
-	attr := sandbox.NewAttribution(sandbox.AttributionConfig{Audit: rec, Registries: regs, Logger: log})
+	attr := netpolicy.NewAttribution(netpolicy.AttributionConfig{Audit: rec, Registries: regs, Logger: log})
 	nm := newNetwork(ncfg, attr, log)
 	if nm != nil {
 		defer nm.Close()
@@ -434,7 +435,7 @@ func networkConfig(cfg config.Config, opts Options, names hostslot.Names, closed
 // again (audited) or, when it cannot be, its sandbox ends in error
 // network_lost. Without it (ncfg nil, or a host that cannot: not root, no
 // nftables) it returns nil and sandboxes get loopback only.
-func newNetwork(ncfg *network.Config, attr *sandbox.Attribution, log *slog.Logger) *network.Manager {
+func newNetwork(ncfg *network.Config, attr *netpolicy.Attribution, log *slog.Logger) *network.Manager {
 	if ncfg == nil {
 		return nil
 	}
@@ -474,7 +475,7 @@ func newNetwork(ncfg *network.Config, attr *sandbox.Attribution, log *slog.Logge
 // buildNetwork gives RUN steps of template builds the package registries
 // (every set that has hosts) through the network's allowlist, and
 // attributes their egress to the build's tenant in the audit trail.
-func buildNetwork(nm *network.Manager, regs map[string][]string, attr *sandbox.Attribution) build.NetworkFunc {
+func buildNetwork(nm *network.Manager, regs map[string][]string, attr *netpolicy.Attribution) build.NetworkFunc {
 	reg := build.RegistryNetwork(nm, build.AvailableRegistries(regs))
 	return func(ctx context.Context, id string) (build.Network, func(), error) {
 		o, _ := build.OwnerOf(ctx)

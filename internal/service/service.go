@@ -16,6 +16,7 @@ import (
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/service/code"
 	"github.com/airlockhq/airlock/internal/service/files"
+	"github.com/airlockhq/airlock/internal/service/netpolicy"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/service/templates"
 	"github.com/airlockhq/airlock/internal/store"
@@ -47,7 +48,7 @@ type Config struct {
 	Audit *audit.Recorder
 	// Attribution is the sink of the network side's events, made before
 	// the network backend (default: one of the services' own).
-	Attribution *sandbox.Attribution
+	Attribution *netpolicy.Attribution
 	// Observer is told of creates, execs and agent calls (metrics).
 	Observer sandbox.Observer
 	// Logger and Now default to slog.Default() and time.Now.
@@ -66,7 +67,7 @@ type Set struct {
 	Sandboxes  *sandbox.Service
 	Execs      *sandbox.Service
 	Files      *files.Service
-	Networks   *sandbox.Service
+	Networks   *netpolicy.Policy
 	Previews   *sandbox.Service
 	Accounting *sandbox.Service
 	Templates  *templates.Service
@@ -87,14 +88,22 @@ func New(cfg Config) (*Set, error) {
 		return nil, errors.New("service: a template catalog or builder is required")
 	}
 	// The policies the lifecycle consults.
+	policy, err := netpolicy.New(netpolicy.Config{Backend: cfg.Network, Store: cfg.Store, Registries: cfg.Registries,
+		DefaultNetworkMode: cfg.DefaultNetworkMode, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Attribution == nil {
+		cfg.Attribution = netpolicy.NewAttribution(netpolicy.AttributionConfig{Audit: cfg.Audit, Registries: cfg.Registries, Logger: cfg.Logger, Now: cfg.Now})
+	}
 	tmpl := templates.New(templates.Config{Builder: cfg.Builder, Catalog: cfg.Templates, Logger: cfg.Logger})
 	m, err := sandbox.New(sandbox.Config{
 		Settings: cfg.Settings, Store: cfg.Store, Drivers: cfg.Drivers, Templates: tmpl,
 		SecretsKeyPath: cfg.SecretsKeyPath, Logger: cfg.Logger, Now: cfg.Now,
 		TickInterval: cfg.TickInterval, SweepInterval: cfg.SweepInterval, AgentDialTimeout: cfg.AgentDialTimeout,
 		CreateTimeout: cfg.CreateTimeout, ExecRetention: cfg.ExecRetention, SampleInterval: cfg.SampleInterval,
-		Network: cfg.Network, Registries: cfg.Registries, DefaultNetworkMode: cfg.DefaultNetworkMode,
-		Audit: cfg.Audit, Attribution: cfg.Attribution, Observer: cfg.Observer,
+		Network: cfg.Network, Policy: policy, Owners: cfg.Attribution,
+		Audit: cfg.Audit, Observer: cfg.Observer,
 	})
 	if err != nil {
 		tmpl.Close()
@@ -104,7 +113,14 @@ func New(cfg Config) (*Set, error) {
 	// does not know.
 	c := code.New(code.Config{Backend: code.ManagerBackend(m), Logger: cfg.Logger.With("component", "code"), Now: cfg.Now})
 	s := &Set{
-		Sandboxes: m, Execs: m, Files: files.New(files.Config{Sandboxes: m, MaxUploadBytes: cfg.Settings.MaxUploadBytes}), Networks: m, Previews: m, Accounting: m, Templates: tmpl, Code: c,
+		Sandboxes:  m,
+		Execs:      m,
+		Files:      files.New(files.Config{Sandboxes: m, MaxUploadBytes: cfg.Settings.MaxUploadBytes}),
+		Networks:   policy,
+		Previews:   m,
+		Accounting: m,
+		Templates:  tmpl,
+		Code:       c,
 	}
 	// Closed in reverse: the code interpreter's kernels before the
 	// sandboxes' agent connections.

@@ -24,6 +24,7 @@ import (
 	"github.com/airlockhq/airlock/internal/plane/httpapi"
 	"github.com/airlockhq/airlock/internal/preview"
 	"github.com/airlockhq/airlock/internal/service"
+	"github.com/airlockhq/airlock/internal/service/netpolicy"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
@@ -171,7 +172,7 @@ func (e *e2e) start() {
 	}
 	// The network's events go to the attribution, made first (as the
 	// daemon does), which the manager is given too.
-	attr := sandbox.NewAttribution(sandbox.AttributionConfig{Audit: e.rec, Registries: regs, Logger: testLog})
+	attr := netpolicy.NewAttribution(netpolicy.AttributionConfig{Audit: e.rec, Registries: regs, Logger: testLog})
 	if e.world != nil {
 		ncfg.Audit = attr.NetworkEvent
 		nm, err := network.New(ncfg)

@@ -25,6 +25,7 @@ import (
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/plane/httpapi"
 	"github.com/airlockhq/airlock/internal/service"
+	"github.com/airlockhq/airlock/internal/service/netpolicy"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/service/servicetest"
 	"github.com/airlockhq/airlock/internal/store"
@@ -78,7 +79,7 @@ type harness struct {
 	regs      map[string][]string
 	// attr is the manager's attribution, the sink of network events
 	// (made anew by every start, as by every daemon).
-	attr *sandbox.Attribution
+	attr *netpolicy.Attribution
 	// metrics are the Prometheus metrics the manager observes into and
 	// the server exports; noObserver leaves the manager without them
 	// (the unmetered benchmark).
@@ -166,7 +167,7 @@ func (h *harness) start() {
 	if !h.noObserver {
 		obs = h.metrics
 	}
-	h.attr = sandbox.NewAttribution(sandbox.AttributionConfig{Audit: h.rec, Registries: h.regs, Logger: testLog, Now: h.clock.Now})
+	h.attr = netpolicy.NewAttribution(netpolicy.AttributionConfig{Audit: h.rec, Registries: h.regs, Logger: testLog, Now: h.clock.Now})
 	svc, err := service.New(service.Config{
 		Observer: obs, SampleInterval: h.sampleEvery, Attribution: h.attr,
 		Settings: h.settings, Store: h.st, Drivers: []driver.Driver{h.drv},

@@ -118,7 +118,7 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		start := time.Now()
 		defer func() { o.CreateDone(drv.Name(), time.Since(start), err == nil) }()
 	}
-	if sp.Network, err = m.networkFor(ctx, p, req.Network, drv); err != nil {
+	if sp.Network, err = m.policy.For(ctx, p, req.Network, drv); err != nil {
 		return CreateResult{}, err
 	}
 	ref, version, err := parseTemplateRef(sp.Template)
@@ -146,7 +146,7 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	// Package managers use airlock's registry mirror (cached, audited) when
 	// the policy allows registries; the template's and the request's own
 	// variables win.
-	sp.Env = mergeEnv(m.PackageEnv(sp.Network), sp.Env)
+	sp.Env = mergeEnv(m.policy.PackageEnv(sp.Network), sp.Env)
 	// Its WORKDIR and USER are the execs' defaults, kept with the spec too.
 	sp.Workdir, sp.User = resolved.Config.Workdir, resolved.Config.User
 	var idem *store.Idempotency
@@ -201,7 +201,7 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	existing, err := m.store.CreateSandbox(ctx, rec, idem)
 	if err == nil {
 		m.live[id] = sb
-		m.attr.live(sb)
+		m.owners.Live(sb)
 	}
 	m.mu.Unlock()
 	release() // the record now keeps the template version alive
@@ -356,7 +356,7 @@ func (m *Service) failCreate(ctx context.Context, sb *Live, cause error, idem *s
 			m.log.Warn("forgetting idempotency key", "sandbox_id", sb.id, "err", err)
 		}
 	}
-	m.attr.gone(sb)
+	m.owners.Gone(sb)
 	m.mu.Lock()
 	delete(m.live, sb.id)
 	m.mu.Unlock()
@@ -581,7 +581,7 @@ func (m *Service) validateCreate(req api.CreateSandboxRequest) (Spec, driver.Dri
 		return sp, nil, public(errdefs.ErrRuntimeUnavailable, "runtime %s is not usable on this host now", sp.Runtime)
 	}
 	// The network (it may come from the tenant's default) is settled by
-	// networkFor.
+	// Policy.For.
 	return sp, drv, nil
 }
 

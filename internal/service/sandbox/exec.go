@@ -684,9 +684,6 @@ func (t *execTracker) finish(res agentproto.ExecResult, code string) {
 	if o := m.cfg.Observer; o != nil {
 		o.ExecDone(sb.drv.Name(), status, time.Duration(rec.DurationMS)*time.Millisecond)
 	}
-	if m.cfg.OnExecEnd != nil {
-		m.cfg.OnExecEnd(status, time.Duration(rec.DurationMS)*time.Millisecond)
-	}
 	m.log.Debug("exec ended", "sandbox_id", sb.id, "exec_id", t.id, "status", status, "duration_ms", rec.DurationMS)
 	// Keep it in memory a while for fast re-attach, then the store serves it
 	// (attached subscribers keep reading from the tracker they hold).

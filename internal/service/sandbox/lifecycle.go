@@ -262,7 +262,7 @@ func (m *Service) stop(ctx context.Context, sb *Live, reason string) error {
 // forget drops a sandbox that is no longer live from memory.
 func (m *Service) forget(sb *Live) {
 	sb.markGone()
-	m.attr.gone(sb)
+	m.owners.Gone(sb)
 	m.mu.Lock()
 	if m.live[sb.id] == sb {
 		delete(m.live, sb.id)

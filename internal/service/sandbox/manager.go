@@ -25,7 +25,6 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
-	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
 )
@@ -95,29 +94,18 @@ type Config struct {
 	AgentDialTimeout time.Duration
 	CreateTimeout    time.Duration
 	ExecRetention    time.Duration
-	// OnExecEnd, when set, is told the status and duration of every exec
-	// that ends (metrics).
-	OnExecEnd func(status string, d time.Duration)
 	// Network gives every sandbox its network namespace and enforces its
 	// egress policy (NetworkOf(network.Manager)). Without it sandboxes get
 	// the runtime's loopback-only namespace and only mode none is accepted.
 	Network Network
-	// Registries are the hosts of each package registry set, as Network
-	// enforces them: a policy may only name sets that have hosts, and
-	// egress events name the set a domain belongs to.
-	Registries map[string][]string
-	// DefaultNetworkMode is the network mode of a create that names none
-	// when its tenant has no default of its own; "" means none.
-	DefaultNetworkMode string
+	// Policy decides the network policy of every sandbox. Required.
+	Policy Policy
 	// Audit receives the audit trail (sandbox lifecycle, execs, file
 	// writes); nil records nothing.
 	Audit *audit.Recorder
-	// Attribution attributes the network side's events (egress, package
-	// downloads, repairs) to the sandboxes' tenants and hands on the
-	// networks it reports lost: the daemon makes it first and gives it to
-	// the network backend's sinks too. Default: one of its own, on Audit
-	// and Registries.
-	Attribution *Attribution
+	// Owners is told which sandboxes are live and hands on the networks
+	// the backend reports lost. Required.
+	Owners Owners
 	// SampleInterval overrides Settings.SampleInterval (tests shorten it).
 	SampleInterval time.Duration
 	// Observer, when set, is told of creates, execs and agent round trips
@@ -157,9 +145,10 @@ type Service struct {
 	now      func() time.Time
 	net      Network
 	audit    *audit.Recorder
-	// attr says whom each sandbox's events belong to, for the network
+	policy   Policy
+	// owners says whom each sandbox's events belong to, for the network
 	// side's events, and hands on the networks it reports lost.
-	attr *Attribution
+	owners Owners
 
 	// health caches each driver's probe (refreshed by refreshHealth).
 	healthMu sync.Mutex
@@ -184,8 +173,8 @@ type Service struct {
 
 // New returns a Service for cfg. Call Start before use.
 func New(cfg Config) (*Service, error) {
-	if cfg.Store == nil || cfg.Templates == nil {
-		return nil, errors.New("manager: store and templates are required")
+	if cfg.Store == nil || cfg.Templates == nil || cfg.Policy == nil || cfg.Owners == nil {
+		return nil, errors.New("sandbox: store, templates, policy and owners are required")
 	}
 	if err := cfg.Settings.Validate(); err != nil {
 		return nil, err
@@ -214,18 +203,6 @@ func New(cfg Config) (*Service, error) {
 	if cfg.SampleInterval <= 0 {
 		cfg.SampleInterval = cfg.Settings.SampleInterval()
 	}
-	if cfg.DefaultNetworkMode == "" {
-		cfg.DefaultNetworkMode = string(network.ModeNone)
-	}
-	switch network.Mode(cfg.DefaultNetworkMode) {
-	case network.ModeNone:
-	case network.ModeAllowlist, network.ModeOpen:
-		if cfg.Network == nil {
-			return nil, fmt.Errorf("manager: default network mode %s needs sandbox networking, which is not available", cfg.DefaultNetworkMode)
-		}
-	default:
-		return nil, fmt.Errorf("manager: default network mode %q is not none, allowlist or open", cfg.DefaultNetworkMode)
-	}
 	if cfg.SecretsKeyPath == "" {
 		cfg.SecretsKeyPath = filepath.Join(cfg.Settings.DataDir, "secrets.key")
 	}
@@ -248,7 +225,8 @@ func New(cfg Config) (*Service, error) {
 		shutdown: make(chan struct{}),
 		net:      cfg.Network,
 		audit:    cfg.Audit,
-		attr:     cfg.Attribution,
+		policy:   cfg.Policy,
+		owners:   cfg.Owners,
 		quotas:   newTenantQuotas(cfg.Now),
 	}
 	for _, d := range cfg.Drivers {
@@ -256,9 +234,6 @@ func New(cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("manager: driver %q registered twice", d.Name())
 		}
 		m.drivers[d.Name()] = d
-	}
-	if m.attr == nil {
-		m.attr = NewAttribution(AttributionConfig{Audit: cfg.Audit, Registries: cfg.Registries, Logger: cfg.Logger, Now: cfg.Now})
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m, nil
@@ -340,9 +315,9 @@ func (m *Service) loop() {
 			m.sweep()
 		case <-purge.C:
 			m.purge()
-		case <-m.attr.lostReady:
-			for _, l := range m.attr.takeLost() {
-				m.goBackground(func() { m.networkLost(l.id, l.err) })
+		case <-m.owners.Lost():
+			for _, l := range m.owners.TakeLost() {
+				m.goBackground(func() { m.networkLost(l.ID, l.Err) })
 			}
 		}
 	}

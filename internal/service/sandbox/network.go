@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"strings"
 
 	"github.com/airlockhq/airlock/api"
@@ -62,101 +61,46 @@ func (n netManager) Setup(ctx context.Context, id string, p network.Policy) (Net
 	return NetAttachment{NetNSPath: a.NetNSPath(), ResolvConfPath: a.ResolvConfPath()}, nil
 }
 
+// Policy decides the network policies of sandboxes (service/netpolicy).
+type Policy interface {
+	// For returns the network of a create for p on drv: the request's
+	// (req, nil for none) when it names a mode, else the tenant's default,
+	// else the daemon's, checked and normalised.
+	For(ctx context.Context, p auth.Principal, req *api.Network, drv driver.Driver) (api.Network, error)
+	// CheckEntries refuses the allow entries of n that only an admin may
+	// give (link-local, cloud metadata, the host's own addresses).
+	CheckEntries(p auth.Principal, n api.Network) error
+	// Check validates n for a sandbox on drv and returns it normalised.
+	Check(n api.Network, drv driver.Driver) (api.Network, error)
+	// PackageEnv is the environment that points a sandbox's package
+	// managers at airlock's mirror under network n (nil for none).
+	PackageEnv(n api.Network) map[string]string
+}
+
+// Owners is told which sandboxes are live, so that the network side's
+// events (egress, package downloads, repairs) are attributed to their
+// tenants, and hands on the networks the backend reports lost
+// (service/netpolicy's Attribution, made before the backend, whose sinks
+// are its methods).
+type Owners interface {
+	// Live records that sb is live; Gone that it stopped being live.
+	Live(sb *Live)
+	Gone(sb *Live)
+	// Lost has a value while networks reported lost wait; TakeLost
+	// returns them.
+	Lost() <-chan struct{}
+	TakeLost() []LostNetwork
+}
+
+// LostNetwork is a sandbox's network the backend reported lost.
+type LostNetwork struct {
+	ID  string
+	Err error
+}
+
 // toPolicy converts the API's network to the network package's policy.
 func toPolicy(n api.Network) network.Policy {
 	return network.Policy{Mode: network.Mode(n.Mode), Allow: n.Allow, Registries: n.Registries, Offline: n.Offline, MaxDownloadMB: n.MaxDownloadMB}
-}
-
-func fromPolicy(p network.Policy) api.Network {
-	return api.Network{Mode: string(p.Mode), Allow: p.Allow, Registries: p.Registries, Offline: p.Offline, MaxDownloadMB: p.MaxDownloadMB}
-}
-
-// checkNetwork validates n and returns it normalised (network.ParsePolicy):
-// the mode must be one drv supports and, without a network backend, none;
-// registry sets must have hosts on this server.
-func (m *Service) checkNetwork(n api.Network, drv driver.Driver) (api.Network, error) {
-	p, err := network.ParsePolicy(toPolicy(n))
-	if err != nil {
-		return api.Network{}, public(errInvalid, "network: %s", publicText(err))
-	}
-	if m.net == nil && p.Mode != network.ModeNone {
-		return api.Network{}, public(errInvalid, "network mode %s is not available on this server (no sandbox networking)", p.Mode)
-	}
-	if drv != nil && !drv.Capabilities().HasNetworkMode(driver.NetworkMode(p.Mode)) {
-		return api.Network{}, public(errInvalid, "runtime %s does not support network mode %s", drv.Name(), p.Mode)
-	}
-	for _, r := range p.Registries {
-		if len(m.cfg.Registries[r]) == 0 {
-			return api.Network{}, public(errInvalid, "network: registry set %s has no hosts on this server", r)
-		}
-	}
-	out := fromPolicy(p)
-	if out.Mode == "" {
-		out.Mode = string(network.ModeNone)
-	}
-	return out, nil
-}
-
-// networkFor returns the network of a create: the request's when it names
-// a mode, else its tenant's default, else the server's; entries given
-// without a mode go with the default mode. Entries the request gives are
-// checked with checkEntries; a tenant default's were set by an admin.
-func (m *Service) networkFor(ctx context.Context, p auth.Principal, req *api.Network, drv driver.Driver) (api.Network, error) {
-	if req != nil {
-		if err := m.checkEntries(p, *req); err != nil {
-			return api.Network{}, err
-		}
-	}
-	if req != nil && req.Mode != "" {
-		return m.checkNetwork(*req, drv)
-	}
-	def, err := m.defaultNetwork(ctx, p.Tenant)
-	if err != nil {
-		return api.Network{}, err
-	}
-	if req != nil && (len(req.Allow) > 0 || len(req.Registries) > 0 || req.Offline) {
-		def = api.Network{Mode: def.Mode, Allow: req.Allow, Registries: req.Registries, Offline: req.Offline}
-	}
-	return m.checkNetwork(def, drv)
-}
-
-// hostAddrser is the optional part of a Network that knows the host's own
-// addresses (network.Manager does).
-type hostAddrser interface {
-	HostAddrs() []netip.Addr
-}
-
-// checkEntries refuses, unless p is an admin, allow entries that open
-// link-local addresses (cloud metadata), another cloud metadata address or
-// one of the host's own addresses (where the daemon's API and previews
-// listen): a tenant's sandbox reaches those only when an admin said so.
-func (m *Service) checkEntries(p auth.Principal, n api.Network) error {
-	if p.Admin || len(n.Allow) == 0 {
-		return nil
-	}
-	var host []netip.Addr
-	if ha, ok := m.net.(hostAddrser); ok {
-		host = ha.HostAddrs()
-	}
-	if entry, why := network.SensitiveEntry(toPolicy(n), host); entry != "" {
-		return public(errInvalid, "network: allow entry %q opens %s: only an admin key may allow it", truncate(entry, 64), why)
-	}
-	return nil
-}
-
-// defaultNetwork is tenant's stored default, else the server's.
-func (m *Service) defaultNetwork(ctx context.Context, tenant string) (api.Network, error) {
-	raw, err := m.store.TenantNetwork(ctx, tenant)
-	if err != nil {
-		return api.Network{}, err
-	}
-	if len(raw) > 0 {
-		var n api.Network
-		if err := json.Unmarshal(raw, &n); err == nil && n.Mode != "" {
-			return n, nil
-		}
-	}
-	return api.Network{Mode: m.cfg.DefaultNetworkMode}, nil
 }
 
 // setupNetwork gives a sandbox its namespace before the driver creates it.
@@ -251,10 +195,10 @@ func (m *Service) UpdateNetwork(ctx context.Context, p auth.Principal, id string
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if err := m.checkEntries(p, req); err != nil {
+	if err := m.policy.CheckEntries(p, req); err != nil {
 		return api.Sandbox{}, err
 	}
-	n, err := m.checkNetwork(req, sb.drv)
+	n, err := m.policy.Check(req, sb.drv)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -305,54 +249,4 @@ func (m *Service) UpdateNetwork(ctx context.Context, p auth.Principal, id string
 	m.recordEvent(ctx, sb, audit.TypeNetworkUpdate, map[string]any{"from": old.Network, "to": n})
 	m.log.Info("sandbox network updated", "sandbox_id", sb.id, "tenant", sb.tenant, "mode", n.Mode)
 	return m.view(sb.snapshot()), nil
-}
-
-// TenantNetwork returns tenant's default network policy. A tenant sees its
-// own; an admin any.
-func (m *Service) TenantNetwork(ctx context.Context, p auth.Principal, tenant string) (api.TenantNetwork, error) {
-	if !p.CanSee(tenant) {
-		return api.TenantNetwork{}, public(errdefs.ErrPermissionDenied, "only an admin key may read another tenant's settings")
-	}
-	raw, err := m.store.TenantNetwork(ctx, tenant)
-	if err != nil {
-		return api.TenantNetwork{}, err
-	}
-	out := api.TenantNetwork{Tenant: tenant}
-	if len(raw) > 0 {
-		var n api.Network
-		if err := json.Unmarshal(raw, &n); err == nil {
-			out.Network = &n
-		}
-	}
-	return out, nil
-}
-
-// SetTenantNetwork sets (nil: clears) tenant's default network policy;
-// admins only. Existing sandboxes keep theirs.
-func (m *Service) SetTenantNetwork(ctx context.Context, p auth.Principal, tenant string, n *api.Network) (api.TenantNetwork, error) {
-	if !p.Admin {
-		return api.TenantNetwork{}, public(errdefs.ErrPermissionDenied, "this needs an admin key")
-	}
-	if !auth.ValidTenant(tenant) {
-		return api.TenantNetwork{}, public(errInvalid, "tenant %q is not a valid tenant name", truncate(tenant, 64))
-	}
-	var raw json.RawMessage
-	if n != nil {
-		if n.Mode == "" {
-			return api.TenantNetwork{}, public(errInvalid, "network.mode is required (null clears the default)")
-		}
-		norm, err := m.checkNetwork(*n, nil)
-		if err != nil {
-			return api.TenantNetwork{}, err
-		}
-		n = &norm
-		if raw, err = json.Marshal(norm); err != nil {
-			return api.TenantNetwork{}, err
-		}
-	}
-	if err := m.store.SetTenantNetwork(ctx, tenant, raw); err != nil {
-		return api.TenantNetwork{}, err
-	}
-	m.log.Info("tenant default network set", "for_tenant", tenant, "cleared", n == nil)
-	return api.TenantNetwork{Tenant: tenant, Network: n}, nil
 }

@@ -90,7 +90,7 @@ func (m *Service) recoverOne(ctx context.Context, rec store.Sandbox) {
 		m.mu.Lock()
 		m.live[rec.ID] = sb
 		m.mu.Unlock()
-		m.attr.live(sb)
+		m.owners.Live(sb)
 		reason := rec.EndReason
 		if reason == "" {
 			reason = "deleted"
@@ -138,7 +138,7 @@ func (m *Service) recoverOne(ctx context.Context, rec store.Sandbox) {
 	m.mu.Lock()
 	m.live[rec.ID] = sb
 	m.mu.Unlock()
-	m.attr.live(sb)
+	m.owners.Live(sb)
 	m.restorePreviews(ctx, sb)
 
 	// Then move towards the desired state (an operation the last daemon

@@ -1,4 +1,4 @@
-package sandbox
+package netpolicy
 
 import (
 	"log/slog"
@@ -12,6 +12,7 @@ import (
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/pkgcache"
 	"github.com/airlockhq/airlock/internal/redact"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 // ownerRetention is how long a sandbox's tenant, template and secrets'
@@ -45,7 +46,7 @@ type Attribution struct {
 	owners map[string]owner
 	// lost holds the networks reported lost that the manager has not
 	// taken yet; lostReady has a value while it is not empty.
-	lost      []lostNetwork
+	lost      []sandbox.LostNetwork
 	lostReady chan struct{}
 }
 
@@ -73,7 +74,7 @@ func NewAttribution(cfg AttributionConfig) *Attribution {
 		cfg.Now = time.Now
 	}
 	return &Attribution{
-		audit: cfg.Audit, registries: cfg.Registries, now: cfg.Now, log: cfg.Logger.With("component", "manager"),
+		audit: cfg.Audit, registries: cfg.Registries, now: cfg.Now, log: cfg.Logger.With("component", "netpolicy"),
 		owners: map[string]owner{}, lostReady: make(chan struct{}, 1),
 	}
 }
@@ -94,12 +95,6 @@ func (o owner) redact() audit.Redactor {
 	return o.red.Func()
 }
 
-// lostNetwork is a network the backend reported lost.
-type lostNetwork struct {
-	id  string
-	err error
-}
-
 // set remembers o for id, pruning entries past their retention.
 func (a *Attribution) set(id string, o owner) {
 	a.mu.Lock()
@@ -113,21 +108,16 @@ func (a *Attribution) set(id string, o owner) {
 	a.owners[id] = o
 }
 
-// live records that sandbox sb of the manager is live.
-func (a *Attribution) live(sb *Live) {
-	sb.mu.Lock()
-	tmpl := sb.rec.Template
-	sb.mu.Unlock()
-	a.set(sb.id, owner{tenant: sb.tenant, template: tmpl, red: sb.red, managed: true})
+// Live records that sandbox sb of the sandbox service is live
+// (sandbox.Owners).
+func (a *Attribution) Live(sb *sandbox.Live) {
+	a.set(sb.ID(), owner{tenant: sb.Tenant(), template: sb.Record().Template, red: sb.Redactor(), managed: true})
 }
 
-// gone records that sandbox sb stopped being live: its events stay
-// attributed for ownerRetention.
-func (a *Attribution) gone(sb *Live) {
-	sb.mu.Lock()
-	tmpl := sb.rec.Template
-	sb.mu.Unlock()
-	a.set(sb.id, owner{tenant: sb.tenant, template: tmpl, red: sb.red, managed: true, gone: a.now()})
+// Gone records that sandbox sb stopped being live: its events stay
+// attributed for ownerRetention (sandbox.Owners).
+func (a *Attribution) Gone(sb *sandbox.Live) {
+	a.set(sb.ID(), owner{tenant: sb.Tenant(), template: sb.Record().Template, red: sb.Redactor(), managed: true, gone: a.now()})
 }
 
 // ownerOf finds whom sandbox id's events belong to: a live sandbox, one
@@ -194,11 +184,11 @@ func (a *Attribution) NetworkRepaired(id, what string) {
 
 // NetworkLost is told by the network backend (network.Config.OnLost) that
 // sandbox id's network was broken from outside beyond repair. The manager
-// takes it from here and ends the sandbox (see Manager.networkLost); one
+// takes it from here and ends the sandbox (see sandbox.Service); one
 // reported before the manager runs waits for it.
 func (a *Attribution) NetworkLost(id string, err error) {
 	a.mu.Lock()
-	a.lost = append(a.lost, lostNetwork{id, err})
+	a.lost = append(a.lost, sandbox.LostNetwork{ID: id, Err: err})
 	a.mu.Unlock()
 	select {
 	case a.lostReady <- struct{}{}:
@@ -206,8 +196,13 @@ func (a *Attribution) NetworkLost(id string, err error) {
 	}
 }
 
-// takeLost returns the networks reported lost since the last call.
-func (a *Attribution) takeLost() []lostNetwork {
+// Lost has a value while networks reported lost wait for TakeLost
+// (sandbox.Owners).
+func (a *Attribution) Lost() <-chan struct{} { return a.lostReady }
+
+// TakeLost returns the networks reported lost since the last call
+// (sandbox.Owners).
+func (a *Attribution) TakeLost() []sandbox.LostNetwork {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	l := a.lost
