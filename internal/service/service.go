@@ -14,6 +14,7 @@ import (
 	"github.com/airlockhq/airlock/internal/build"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/service/accounting"
 	"github.com/airlockhq/airlock/internal/service/code"
 	"github.com/airlockhq/airlock/internal/service/files"
 	"github.com/airlockhq/airlock/internal/service/netpolicy"
@@ -69,7 +70,7 @@ type Set struct {
 	Files      *files.Service
 	Networks   *netpolicy.Policy
 	Previews   *sandbox.Service
-	Accounting *sandbox.Service
+	Accounting *accounting.Service
 	Templates  *templates.Service
 	Code       *code.Service
 
@@ -97,12 +98,18 @@ func New(cfg Config) (*Set, error) {
 		cfg.Attribution = netpolicy.NewAttribution(netpolicy.AttributionConfig{Audit: cfg.Audit, Registries: cfg.Registries, Logger: cfg.Logger, Now: cfg.Now})
 	}
 	tmpl := templates.New(templates.Config{Builder: cfg.Builder, Catalog: cfg.Templates, Logger: cfg.Logger})
+	quotas := accounting.NewQuotas(accounting.QuotasConfig{Store: cfg.Store, Settings: cfg.Settings, Logger: cfg.Logger, Now: cfg.Now})
+	var counters accounting.Counters
+	if cfg.Network != nil {
+		counters = cfg.Network
+	}
+	meter := accounting.NewMeter(accounting.MeterConfig{Store: cfg.Store, Network: counters, Logger: cfg.Logger, Now: cfg.Now})
 	m, err := sandbox.New(sandbox.Config{
 		Settings: cfg.Settings, Store: cfg.Store, Drivers: cfg.Drivers, Templates: tmpl,
 		SecretsKeyPath: cfg.SecretsKeyPath, Logger: cfg.Logger, Now: cfg.Now,
 		TickInterval: cfg.TickInterval, SweepInterval: cfg.SweepInterval, AgentDialTimeout: cfg.AgentDialTimeout,
 		CreateTimeout: cfg.CreateTimeout, ExecRetention: cfg.ExecRetention, SampleInterval: cfg.SampleInterval,
-		Network: cfg.Network, Policy: policy, Owners: cfg.Attribution,
+		Network: cfg.Network, Policy: policy, Owners: cfg.Attribution, Quotas: quotas, Meter: meter,
 		Audit: cfg.Audit, Observer: cfg.Observer,
 	})
 	if err != nil {
@@ -113,14 +120,15 @@ func New(cfg Config) (*Set, error) {
 	// does not know.
 	c := code.New(code.Config{Backend: code.ManagerBackend(m), Logger: cfg.Logger.With("component", "code"), Now: cfg.Now})
 	s := &Set{
-		Sandboxes:  m,
-		Execs:      m,
-		Files:      files.New(files.Config{Sandboxes: m, MaxUploadBytes: cfg.Settings.MaxUploadBytes}),
-		Networks:   policy,
-		Previews:   m,
-		Accounting: m,
-		Templates:  tmpl,
-		Code:       c,
+		Sandboxes: m,
+		Execs:     m,
+		Files:     files.New(files.Config{Sandboxes: m, MaxUploadBytes: cfg.Settings.MaxUploadBytes}),
+		Networks:  policy,
+		Previews:  m,
+		Accounting: accounting.New(accounting.Config{Sandboxes: m, Quotas: quotas, Meter: meter, Store: cfg.Store,
+			Audit: cfg.Audit, Settings: cfg.Settings, SampleInterval: m.SampleInterval()}),
+		Templates: tmpl,
+		Code:      c,
 	}
 	// Closed in reverse: the code interpreter's kernels before the
 	// sandboxes' agent connections.

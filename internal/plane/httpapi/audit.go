@@ -15,7 +15,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/service/accounting"
 )
 
 // authFailed audits a request whose key was missing or wrong and, for a
@@ -131,7 +131,7 @@ func wantsNDJSON(r *http.Request) bool {
 // application/x-ndjson every matching event (up to limit), one per line.
 func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	q := r.URL.Query()
-	aq := sandbox.AuditQuery{Tenant: q.Get("tenant"), SandboxID: q.Get("sandbox_id"), Cursor: q.Get("cursor")}
+	aq := accounting.AuditQuery{Tenant: q.Get("tenant"), SandboxID: q.Get("sandbox_id"), Cursor: q.Get("cursor")}
 	for _, v := range q["type"] {
 		for _, t := range strings.Split(v, ",") {
 			if t = strings.TrimSpace(t); t != "" {
@@ -164,9 +164,9 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, p auth.Princi
 	}
 	// The export pages through the store; the first page's errors are the
 	// request's, later ones cut the stream short.
-	aq.Limit = sandbox.MaxPageSize
+	aq.Limit = accounting.MaxPageSize
 	if limit > 0 {
-		aq.Limit = min(limit, sandbox.MaxPageSize)
+		aq.Limit = min(limit, accounting.MaxPageSize)
 	}
 	page, err := s.accounting.AuditEvents(r.Context(), p, aq)
 	if err != nil {
@@ -192,7 +192,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, p auth.Princi
 		}
 		aq.Cursor = page.NextCursor
 		if limit > 0 {
-			aq.Limit = min(limit-sent, sandbox.MaxPageSize)
+			aq.Limit = min(limit-sent, accounting.MaxPageSize)
 		}
 		if page, err = s.accounting.AuditEvents(r.Context(), p, aq); err != nil {
 			logFrom(r.Context()).Warn("audit export broke off", "err", err)

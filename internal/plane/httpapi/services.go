@@ -9,6 +9,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/service/accounting"
 	"github.com/airlockhq/airlock/internal/service/files"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/service/templates"
@@ -109,7 +110,7 @@ type Accounting interface {
 	SetTenantQuotas(ctx context.Context, p auth.Principal, tenant string, o *api.QuotaOverride) (api.TenantQuotas, error)
 	Usage(ctx context.Context, p auth.Principal, tenant string, from, to time.Time, groupBy string) (api.UsageReport, error)
 	MetricsSeries(ctx context.Context, p auth.Principal, id string, since time.Time) (api.SandboxMetrics, error)
-	AuditEvents(ctx context.Context, p auth.Principal, q sandbox.AuditQuery) (api.AuditList, error)
+	AuditEvents(ctx context.Context, p auth.Principal, q accounting.AuditQuery) (api.AuditList, error)
 }
 
 // Templates builds and catalogs templates.

@@ -182,7 +182,7 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	sb.setExecDefaults(sp)
 
 	sb.resOnce.Do(func() { sb.res = sp.Resources })
-	quota, _, err := m.quotaOf(ctx, p.Tenant)
+	quota, err := m.quotas.Quota(ctx, p.Tenant)
 	if err != nil {
 		return CreateResult{}, err
 	}
@@ -360,6 +360,7 @@ func (m *Service) failCreate(ctx context.Context, sb *Live, cause error, idem *s
 	m.mu.Lock()
 	delete(m.live, sb.id)
 	m.mu.Unlock()
+	m.meter.Forget(sb.id)
 }
 
 // stateErrorOf turns an error into the {code, message} shown on a sandbox in

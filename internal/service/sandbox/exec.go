@@ -174,7 +174,7 @@ func (m *Service) Exec(ctx context.Context, p auth.Principal, id string, req api
 	select {
 	case <-sb.ready:
 		// The sandbox's tenant pays, whoever asks (an admin key too).
-		if err := m.admitExec(ctx, sb.tenant); err != nil {
+		if err := m.quotas.AdmitExec(ctx, sb.tenant); err != nil {
 			return nil, err
 		}
 	default:

@@ -225,7 +225,7 @@ func (m *Service) stop(ctx context.Context, sb *Live, reason string) error {
 		return nil // someone else stopped it first
 	}
 	// The last seconds are accounted while the counters can still be read.
-	m.sample(cctx, sb)
+	m.meter.Sample(cctx, sb)
 	if st != api.StateStopping {
 		if err := sb.setState(cctx, api.StateStopping, func(r *store.Sandbox) { r.DesiredState = api.StateStopped }); err != nil {
 			return err
@@ -269,6 +269,7 @@ func (m *Service) forget(sb *Live) {
 	}
 	m.mu.Unlock()
 	m.forgetPreviews(sb.id)
+	m.meter.Forget(sb.id)
 	clear(sb.secrets)
 }
 
@@ -291,7 +292,7 @@ func (m *Service) crashedCode(ctx context.Context, sb *Live, code, why string) {
 	}
 	m.log.Warn("sandbox crashed", "sandbox_id", sb.id, "tenant", sb.tenant, "driver", sb.drv.Name(), "code", code, "why", why)
 	// Bill up to the crash's discovery; counters keep their last sample.
-	m.sample(cctx, sb)
+	m.meter.Sample(cctx, sb)
 	sb.crashCode.Store(&code)
 	sb.markGone()
 	sb.closeClient()
@@ -372,7 +373,7 @@ func (m *Service) Pause(ctx context.Context, p auth.Principal, id string) (_ api
 		return api.Sandbox{}, err
 	}
 	// Seconds until now were running ones.
-	m.sample(ctx, sb)
+	m.meter.Sample(ctx, sb)
 	if err := pz.Pause(ctx, sb.id); err != nil {
 		sb.update(context.WithoutCancel(ctx), func(r *store.Sandbox) { r.DesiredState = api.StateRunning })
 		return api.Sandbox{}, fmt.Errorf("pausing: %w", err)
@@ -412,7 +413,7 @@ func (m *Service) Resume(ctx context.Context, p auth.Principal, id string) (_ ap
 		return api.Sandbox{}, err
 	}
 	// Seconds until now were paused ones.
-	m.sample(ctx, sb)
+	m.meter.Sample(ctx, sb)
 	if err := pz.Resume(ctx, sb.id); err != nil {
 		return api.Sandbox{}, fmt.Errorf("resuming: %w", err)
 	}

@@ -64,9 +64,6 @@ type Live struct {
 	// when the sandbox died rather than being stopped.
 	crashCode atomic.Pointer[string]
 
-	// meter is the sandbox's metrics series and usage cursor (sampler.go).
-	meter meter
-
 	// homes holds each user's default exec directory as the agent's exec
 	// results named it (defaultCwd).
 	homesMu sync.Mutex

@@ -103,6 +103,11 @@ type Config struct {
 	// Audit receives the audit trail (sandbox lifecycle, execs, file
 	// writes); nil records nothing.
 	Audit *audit.Recorder
+	// Quotas says what a tenant may hold (capacity.go). Required.
+	Quotas Quotas
+	// Meter samples every live sandbox each SampleInterval and before
+	// each state change. Required.
+	Meter Meter
 	// Owners is told which sandboxes are live and hands on the networks
 	// the backend reports lost. Required.
 	Owners Owners
@@ -155,8 +160,9 @@ type Service struct {
 	health   map[string]driver.Health
 	probedAt time.Time
 
-	// quotas holds tenant quota overrides and exec rate windows (quota.go).
-	quotas *tenantQuotas
+	// quotas says what a tenant may hold; meter samples every sandbox.
+	quotas Quotas
+	meter  Meter
 
 	// mu guards live. Capacity checks and reservations happen under it so
 	// that two creates cannot both take the last slot.
@@ -173,8 +179,8 @@ type Service struct {
 
 // New returns a Service for cfg. Call Start before use.
 func New(cfg Config) (*Service, error) {
-	if cfg.Store == nil || cfg.Templates == nil || cfg.Policy == nil || cfg.Owners == nil {
-		return nil, errors.New("sandbox: store, templates, policy and owners are required")
+	if cfg.Store == nil || cfg.Templates == nil || cfg.Policy == nil || cfg.Owners == nil || cfg.Quotas == nil || cfg.Meter == nil {
+		return nil, errors.New("sandbox: store, templates, policy, owners, quotas and meter are required")
 	}
 	if err := cfg.Settings.Validate(); err != nil {
 		return nil, err
@@ -227,7 +233,8 @@ func New(cfg Config) (*Service, error) {
 		audit:    cfg.Audit,
 		policy:   cfg.Policy,
 		owners:   cfg.Owners,
-		quotas:   newTenantQuotas(cfg.Now),
+		quotas:   cfg.Quotas,
+		meter:    cfg.Meter,
 	}
 	for _, d := range cfg.Drivers {
 		if _, dup := m.drivers[d.Name()]; dup {
@@ -282,6 +289,36 @@ func (m *Service) isShutdown() bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// Meter samples sandboxes' resource use and accounts their usage
+// (service/accounting's Meter).
+type Meter interface {
+	// Sample takes one sample of sb and accounts its usage since the
+	// last one.
+	Sample(ctx context.Context, sb *Live)
+	// Forget drops what the meter keeps of sandbox id, which is gone.
+	Forget(id string)
+}
+
+// sampleLoop samples every live sandbox each SampleInterval.
+func (m *Service) sampleLoop() {
+	defer m.wg.Done()
+	tick := time.NewTicker(m.cfg.SampleInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-tick.C:
+			for _, sb := range m.Lives() {
+				if m.ctx.Err() != nil {
+					return
+				}
+				m.meter.Sample(m.ctx, sb)
+			}
+		}
 	}
 }
 
@@ -461,3 +498,6 @@ func (m *Service) Capacity() (max, used int) {
 
 // Settings returns the daemon's settings the manager runs with.
 func (m *Service) Settings() config.Config { return m.settings }
+
+// SampleInterval is how often every live sandbox is sampled.
+func (m *Service) SampleInterval() time.Duration { return m.cfg.SampleInterval }

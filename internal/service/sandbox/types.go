@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"github.com/airlockhq/airlock/internal/agentproto"
-	"github.com/airlockhq/airlock/internal/store"
 )
 
 // This file holds the manager's own names for what the planes see of
@@ -32,10 +31,6 @@ const DefaultUser = agentproto.DefaultUser
 // ExecIDEnv is the environment variable every exec gets (its exec id): a
 // request may not set it.
 const ExecIDEnv = agentproto.ExecIDEnv
-
-// MaxPageSize bounds one page of a listing (audit events, execs): a
-// larger limit is cut to it.
-const MaxPageSize = store.MaxPageSize
 
 // PTYSize is a terminal size in character cells.
 type PTYSize struct {

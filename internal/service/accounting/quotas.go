@@ -1,9 +1,10 @@
-package sandbox
+package accounting
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -13,27 +14,54 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/quota"
+	"github.com/airlockhq/airlock/internal/store"
 )
 
 // execWindow is the span of the exec rate quota (execs per minute).
 const execWindow = time.Minute
 
-// tenantQuotas holds the tenants' quota overrides and exec windows. The
-// overrides are read through from the store once per tenant and kept: only
-// this manager writes them (SetTenantQuotas), so the cache cannot go stale,
-// and admission (every create, every exec) costs no store read.
-type tenantQuotas struct {
+// Quotas holds the tenants' quota overrides and exec windows: what a
+// tenant may hold (the sandbox lifecycle admits creates with it) and how
+// many execs it may start. The overrides are read through from the store
+// once per tenant and kept: only this daemon writes them (SetOverride), so
+// the cache cannot go stale, and admission (every create, every exec)
+// costs no store read.
+type Quotas struct {
+	store    *store.Store
+	settings config.Config
+	log      *slog.Logger
+
 	mu        sync.Mutex
 	overrides map[string]*api.QuotaOverride // nil value: the tenant has none
 	execs     *quota.Windows
 }
 
-func newTenantQuotas(now func() time.Time) *tenantQuotas {
-	return &tenantQuotas{overrides: map[string]*api.QuotaOverride{}, execs: quota.NewWindows(execWindow, now)}
+// QuotasConfig configures Quotas.
+type QuotasConfig struct {
+	// Store keeps the overrides. Required.
+	Store *store.Store
+	// Settings hold the default quota (max_sandboxes_per_tenant,
+	// tenant_quota).
+	Settings config.Config
+	// Logger and Now default to slog.Default() and time.Now.
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// NewQuotas returns the Quotas of cfg.
+func NewQuotas(cfg QuotasConfig) *Quotas {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Quotas{store: cfg.Store, settings: cfg.Settings, log: cfg.Logger.With("component", "accounting"),
+		overrides: map[string]*api.QuotaOverride{}, execs: quota.NewWindows(execWindow, cfg.Now)}
 }
 
 // defaultQuota is the server's quota for tenants without an override.
-func (m *Service) defaultQuota() api.Quota {
+func (m *Quotas) defaultQuota() api.Quota {
 	s := m.settings
 	return api.Quota{
 		Sandboxes: s.MaxSandboxesPerTenant, CPU: s.TenantQuota.CPU, MemoryMB: s.TenantQuota.MemoryMB,
@@ -42,8 +70,8 @@ func (m *Service) defaultQuota() api.Quota {
 }
 
 // override returns tenant's quota override, nil if it has none.
-func (m *Service) override(ctx context.Context, tenant string) (*api.QuotaOverride, error) {
-	q := m.quotas
+func (m *Quotas) override(ctx context.Context, tenant string) (*api.QuotaOverride, error) {
+	q := m
 	q.mu.Lock()
 	o, ok := q.overrides[tenant]
 	q.mu.Unlock()
@@ -73,8 +101,14 @@ func (m *Service) override(ctx context.Context, tenant string) (*api.QuotaOverri
 	return o, nil
 }
 
-// quotaOf returns the quota that applies to tenant.
-func (m *Service) quotaOf(ctx context.Context, tenant string) (api.Quota, *api.QuotaOverride, error) {
+// Quota returns the quota that applies to tenant (sandbox.Quotas).
+func (m *Quotas) Quota(ctx context.Context, tenant string) (api.Quota, error) {
+	q, _, err := m.quotaOf(ctx, tenant)
+	return q, err
+}
+
+// quotaOf returns the quota that applies to tenant, and its override.
+func (m *Quotas) quotaOf(ctx context.Context, tenant string) (api.Quota, *api.QuotaOverride, error) {
 	o, err := m.override(ctx, tenant)
 	if err != nil {
 		return api.Quota{}, nil, err
@@ -104,72 +138,16 @@ func applyOverride(q api.Quota, o *api.QuotaOverride) api.Quota {
 	return q
 }
 
-// resources returns the resources the sandbox was created with (parsed
-// from its stored spec once: a recovered sandbox has only that).
-func (sb *Live) resources() api.Resources {
-	sb.resOnce.Do(func() {
-		sb.mu.Lock()
-		raw := sb.rec.Spec
-		sb.mu.Unlock()
-		var sp Spec
-		if err := json.Unmarshal(raw, &sp); err != nil {
-			sb.m.log.Warn("reading sandbox spec for quotas", "sandbox_id", sb.id, "err", err)
-		}
-		sb.res = sp.Resources
-	})
-	return sb.res
-}
-
-// usageLocked sums what tenant's live sandboxes hold. m.mu must be held.
-func (m *Service) usageLocked(tenant string) api.QuotaUsage {
-	var u api.QuotaUsage
-	for _, sb := range m.live {
-		if sb.tenant != tenant {
-			continue
-		}
-		r := sb.resources()
-		u.Sandboxes++
-		u.CPU += r.CPU
-		u.MemoryMB += r.MemoryMB
-		u.DiskMB += r.DiskMB
-	}
-	// Sums of decimal fractions drift (0.1+0.2): round to what a request
-	// can express, so that a quota filled exactly is not "exceeded".
-	u.CPU = math.Round(u.CPU*1e6) / 1e6
-	return u
-}
-
-// admitLocked checks that a sandbox of res fits tenant's quota q next to
-// its live sandboxes. m.mu must be held, so that concurrent creates cannot
-// both take what is left.
-func (m *Service) admitLocked(tenant string, q api.Quota, res api.Resources) error {
-	u := m.usageLocked(tenant)
-	exceeded := func(format string, args ...any) error {
-		return &PublicError{Msg: fmt.Sprintf(format, args...), RetryAfter: retryAfterCapacity, Err: errdefs.ErrQuotaExceeded}
-	}
-	switch {
-	case q.Sandboxes > 0 && u.Sandboxes >= q.Sandboxes:
-		return exceeded("sandboxes quota exceeded: the tenant has %d live sandboxes, its quota is %d", u.Sandboxes, q.Sandboxes)
-	case q.CPU > 0 && u.CPU+res.CPU > q.CPU+1e-9:
-		return exceeded("cpu quota exceeded: live sandboxes hold %g cpu, this one asks for %g, the quota is %g", u.CPU, res.CPU, q.CPU)
-	case q.MemoryMB > 0 && u.MemoryMB+res.MemoryMB > q.MemoryMB:
-		return exceeded("memory quota exceeded: live sandboxes hold %d MiB, this one asks for %d, the quota is %d", u.MemoryMB, res.MemoryMB, q.MemoryMB)
-	case q.DiskMB > 0 && u.DiskMB+res.DiskMB > q.DiskMB:
-		return exceeded("disk quota exceeded: live sandboxes hold %d MiB, this one asks for %d, the quota is %d", u.DiskMB, res.DiskMB, q.DiskMB)
-	}
-	return nil
-}
-
-// admitExec takes one exec of tenant's exec rate quota.
-func (m *Service) admitExec(ctx context.Context, tenant string) error {
+// AdmitExec takes one exec of tenant's exec rate quota (sandbox.Quotas).
+func (m *Quotas) AdmitExec(ctx context.Context, tenant string) error {
 	q, _, err := m.quotaOf(ctx, tenant)
 	if err != nil {
 		return err
 	}
-	if ok, wait := m.quotas.execs.Allow(tenant, q.ExecsPerMinute); !ok {
-		return &PublicError{
+	if ok, wait := m.execs.Allow(tenant, q.ExecsPerMinute); !ok {
+		return &errdefs.Public{
 			Msg: fmt.Sprintf("exec rate quota exceeded: the tenant started %d execs in the last minute, its quota is %d",
-				m.quotas.execs.Count(tenant), q.ExecsPerMinute),
+				m.execs.Count(tenant), q.ExecsPerMinute),
 			RetryAfter: wait, Err: errdefs.ErrQuotaExceeded,
 		}
 	}
@@ -178,7 +156,8 @@ func (m *Service) admitExec(ctx context.Context, tenant string) error {
 
 // TenantQuotas returns tenant's quota, the default and override it comes
 // from, and its usage now. A tenant sees its own; an admin any.
-func (m *Service) TenantQuotas(ctx context.Context, p auth.Principal, tenant string) (api.TenantQuotas, error) {
+func (s *Service) TenantQuotas(ctx context.Context, p auth.Principal, tenant string) (api.TenantQuotas, error) {
+	m := s.quotas
 	if !p.CanSee(tenant) {
 		return api.TenantQuotas{}, public(errdefs.ErrPermissionDenied, "only an admin key may read another tenant's settings")
 	}
@@ -189,17 +168,16 @@ func (m *Service) TenantQuotas(ctx context.Context, p auth.Principal, tenant str
 	if err != nil {
 		return api.TenantQuotas{}, err
 	}
-	m.mu.Lock()
-	u := m.usageLocked(tenant)
-	m.mu.Unlock()
-	u.ExecsLastMinute = m.quotas.execs.Count(tenant)
+	u := s.sandboxes.TenantUsage(tenant)
+	u.ExecsLastMinute = m.execs.Count(tenant)
 	return api.TenantQuotas{Tenant: tenant, Quota: q, Default: m.defaultQuota(), Override: o, Usage: u}, nil
 }
 
 // SetTenantQuotas replaces (nil: removes) tenant's quota override; admins
 // only. It applies to the next create and exec; sandboxes already over a
 // lowered quota keep running.
-func (m *Service) SetTenantQuotas(ctx context.Context, p auth.Principal, tenant string, o *api.QuotaOverride) (api.TenantQuotas, error) {
+func (s *Service) SetTenantQuotas(ctx context.Context, p auth.Principal, tenant string, o *api.QuotaOverride) (api.TenantQuotas, error) {
+	m := s.quotas
 	if !p.Admin {
 		return api.TenantQuotas{}, public(errdefs.ErrPermissionDenied, "this needs an admin key")
 	}
@@ -222,19 +200,19 @@ func (m *Service) SetTenantQuotas(ctx context.Context, p auth.Principal, tenant 
 	}
 	// The store first, then the cache, under the cache's lock: a reader
 	// that loads from the store meanwhile cannot put back the old value.
-	m.quotas.mu.Lock()
+	m.mu.Lock()
 	err := m.store.SetTenantQuota(ctx, tenant, raw)
 	if err == nil {
-		m.quotas.overrides[tenant] = o
+		m.overrides[tenant] = o
 	} else {
-		delete(m.quotas.overrides, tenant) // unknown now: read it again
+		delete(m.overrides, tenant) // unknown now: read it again
 	}
-	m.quotas.mu.Unlock()
+	m.mu.Unlock()
 	if err != nil {
 		return api.TenantQuotas{}, err
 	}
 	m.log.Info("tenant quota set", "for_tenant", tenant, "cleared", o == nil)
-	return m.TenantQuotas(ctx, p, tenant)
+	return s.TenantQuotas(ctx, p, tenant)
 }
 
 // validOverride checks an override's values: none negative, the exec rate
