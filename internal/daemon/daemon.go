@@ -48,7 +48,7 @@ import (
 	"github.com/airlockhq/airlock/internal/pkgcache"
 	"github.com/airlockhq/airlock/internal/plane/e2b"
 	"github.com/airlockhq/airlock/internal/plane/httpapi"
-	"github.com/airlockhq/airlock/internal/preview"
+	"github.com/airlockhq/airlock/internal/plane/preview"
 	"github.com/airlockhq/airlock/internal/reaper"
 	"github.com/airlockhq/airlock/internal/service"
 	"github.com/airlockhq/airlock/internal/service/netpolicy"

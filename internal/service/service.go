@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/service/code"
 	"github.com/airlockhq/airlock/internal/service/files"
 	"github.com/airlockhq/airlock/internal/service/netpolicy"
+	"github.com/airlockhq/airlock/internal/service/previews"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/service/templates"
 	"github.com/airlockhq/airlock/internal/store"
@@ -69,7 +70,7 @@ type Set struct {
 	Execs      *sandbox.Service
 	Files      *files.Service
 	Networks   *netpolicy.Policy
-	Previews   *sandbox.Service
+	Previews   *previews.Service
 	Accounting *accounting.Service
 	Templates  *templates.Service
 	Code       *code.Service
@@ -103,18 +104,24 @@ func New(cfg Config) (*Set, error) {
 	if cfg.Network != nil {
 		counters = cfg.Network
 	}
+	ports := previews.NewPorts(previews.PortsConfig{Store: cfg.Store, DataDir: cfg.Settings.DataDir,
+		Domain: cfg.Settings.PreviewDomain, Listen: cfg.Settings.PreviewListen, Logger: cfg.Logger, Now: cfg.Now})
 	meter := accounting.NewMeter(accounting.MeterConfig{Store: cfg.Store, Network: counters, Logger: cfg.Logger, Now: cfg.Now})
 	m, err := sandbox.New(sandbox.Config{
 		Settings: cfg.Settings, Store: cfg.Store, Drivers: cfg.Drivers, Templates: tmpl,
 		SecretsKeyPath: cfg.SecretsKeyPath, Logger: cfg.Logger, Now: cfg.Now,
 		TickInterval: cfg.TickInterval, SweepInterval: cfg.SweepInterval, AgentDialTimeout: cfg.AgentDialTimeout,
 		CreateTimeout: cfg.CreateTimeout, ExecRetention: cfg.ExecRetention, SampleInterval: cfg.SampleInterval,
-		Network: cfg.Network, Policy: policy, Owners: cfg.Attribution, Quotas: quotas, Meter: meter,
+		Network: cfg.Network, Policy: policy, Owners: cfg.Attribution, Quotas: quotas, Meter: meter, Previews: ports,
 		Audit: cfg.Audit, Observer: cfg.Observer,
 	})
 	if err != nil {
 		tmpl.Close()
 		return nil, err
+	}
+	var netns previews.NetNS
+	if n, ok := cfg.Network.(previews.NetNS); ok {
+		netns = n
 	}
 	// The code interpreter is one per daemon: it kills the kernels it
 	// does not know.
@@ -124,7 +131,7 @@ func New(cfg Config) (*Set, error) {
 		Execs:     m,
 		Files:     files.New(files.Config{Sandboxes: m, MaxUploadBytes: cfg.Settings.MaxUploadBytes}),
 		Networks:  policy,
-		Previews:  m,
+		Previews:  previews.New(previews.Config{Sandboxes: m, Ports: ports, NetNS: netns, Logger: cfg.Logger}),
 		Accounting: accounting.New(accounting.Config{Sandboxes: m, Quotas: quotas, Meter: meter, Store: cfg.Store,
 			Audit: cfg.Audit, Settings: cfg.Settings, SampleInterval: m.SampleInterval()}),
 		Templates: tmpl,

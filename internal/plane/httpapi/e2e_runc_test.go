@@ -22,7 +22,7 @@ import (
 	"github.com/airlockhq/airlock/internal/hostslot"
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/plane/httpapi"
-	"github.com/airlockhq/airlock/internal/preview"
+	"github.com/airlockhq/airlock/internal/plane/preview"
 	"github.com/airlockhq/airlock/internal/service"
 	"github.com/airlockhq/airlock/internal/service/netpolicy"
 	"github.com/airlockhq/airlock/internal/service/sandbox"

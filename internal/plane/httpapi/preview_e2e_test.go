@@ -110,7 +110,7 @@ for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("12
 	// The manager dials the sandbox's loopback; another tenant finds no
 	// sandbox, and a closed port is a clear error.
 	ctx := context.Background()
-	c, err := e.m.DialSandbox(ctx, auth.Principal{Tenant: "acme"}, sb.ID, 8080)
+	c, err := e.svc.Previews.DialSandbox(ctx, auth.Principal{Tenant: "acme"}, sb.ID, 8080)
 	if err != nil {
 		t.Fatalf("DialSandbox: %v", err)
 	}
@@ -120,10 +120,10 @@ for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("12
 	if !strings.Contains(string(got), "hello from the sandbox") {
 		t.Fatalf("DialSandbox read %q", got)
 	}
-	if _, err := e.m.DialSandbox(ctx, auth.Principal{Tenant: "other"}, sb.ID, 8080); !errdefs.IsNotFound(err) {
+	if _, err := e.svc.Previews.DialSandbox(ctx, auth.Principal{Tenant: "other"}, sb.ID, 8080); !errdefs.IsNotFound(err) {
 		t.Fatalf("another tenant's dial: %v", err)
 	}
-	if _, err := e.m.DialSandbox(ctx, auth.Principal{Tenant: "acme"}, sb.ID, 9999); !errors.Is(err, errdefs.ErrUnavailable) {
+	if _, err := e.svc.Previews.DialSandbox(ctx, auth.Principal{Tenant: "acme"}, sb.ID, 9999); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("closed port: %v", err)
 	}
 

@@ -268,7 +268,7 @@ func (m *Service) forget(sb *Live) {
 		delete(m.live, sb.id)
 	}
 	m.mu.Unlock()
-	m.forgetPreviews(sb.id)
+	m.previews.Forget(sb.id)
 	m.meter.Forget(sb.id)
 	clear(sb.secrets)
 }

@@ -105,6 +105,9 @@ type Config struct {
 	Audit *audit.Recorder
 	// Quotas says what a tenant may hold (capacity.go). Required.
 	Quotas Quotas
+	// Previews forgets the exposed ports of a gone sandbox and restores
+	// those of one recovered. Required.
+	Previews Previews
 	// Meter samples every live sandbox each SampleInterval and before
 	// each state change. Required.
 	Meter Meter
@@ -140,7 +143,7 @@ type SandboxErrorObserver interface {
 // stop managing (sandboxes keep running for the next daemon to re-adopt).
 type Service struct {
 	cfg      Config
-	preview  previews // exposed ports and the preview token key (preview.go)
+	previews Previews
 	settings config.Config
 	store    *store.Store
 	drivers  map[string]driver.Driver
@@ -179,8 +182,8 @@ type Service struct {
 
 // New returns a Service for cfg. Call Start before use.
 func New(cfg Config) (*Service, error) {
-	if cfg.Store == nil || cfg.Templates == nil || cfg.Policy == nil || cfg.Owners == nil || cfg.Quotas == nil || cfg.Meter == nil {
-		return nil, errors.New("sandbox: store, templates, policy, owners, quotas and meter are required")
+	if cfg.Store == nil || cfg.Templates == nil || cfg.Policy == nil || cfg.Owners == nil || cfg.Quotas == nil || cfg.Meter == nil || cfg.Previews == nil {
+		return nil, errors.New("sandbox: store, templates, policy, owners, quotas, meter and previews are required")
 	}
 	if err := cfg.Settings.Validate(); err != nil {
 		return nil, err
@@ -217,7 +220,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	m := &Service{
-		preview:  previews{ports: map[string]map[int]bool{}, addr: cfg.Settings.PreviewListen},
+		previews: cfg.Previews,
 		cfg:      cfg,
 		settings: cfg.Settings,
 		store:    cfg.Store,
@@ -290,6 +293,17 @@ func (m *Service) isShutdown() bool {
 	default:
 		return false
 	}
+}
+
+// Previews keeps the exposed ports of sandboxes (service/previews' Ports).
+type Previews interface {
+	// Restore serves again the ports sb exposed before a restart.
+	Restore(ctx context.Context, sb *Live)
+	// Forget drops the ports of sandbox id, which is gone.
+	Forget(id string)
+	// Prune drops the stored ports of sandboxes that are not live (once
+	// recovery is done).
+	Prune(ctx context.Context)
 }
 
 // Meter samples sandboxes' resource use and accounts their usage

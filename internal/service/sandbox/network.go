@@ -103,6 +103,16 @@ func toPolicy(n api.Network) network.Policy {
 	return network.Policy{Mode: network.Mode(n.Mode), Allow: n.Allow, Registries: n.Registries, Offline: n.Offline, MaxDownloadMB: n.MaxDownloadMB}
 }
 
+// NetNSPathOf is the bind-mounted namespace of sandbox id, if it has one
+// (service/previews dials into it).
+func (n netManager) NetNSPathOf(id string) (string, bool) {
+	a, ok := n.Manager.Attachment(id)
+	if !ok {
+		return "", false
+	}
+	return a.NetNSPath(), true
+}
+
 // setupNetwork gives a sandbox its namespace before the driver creates it.
 func (m *Service) setupNetwork(ctx context.Context, sb *Live, n api.Network, spec *driver.Spec) error {
 	if m.net == nil {

@@ -41,7 +41,7 @@ func (m *Service) recoverAll(ctx context.Context) error {
 	}
 	wg.Wait()
 	m.sweepNetworks(ctx)
-	m.prunePreviewRows(ctx)
+	m.previews.Prune(ctx)
 	return nil
 }
 
@@ -139,7 +139,7 @@ func (m *Service) recoverOne(ctx context.Context, rec store.Sandbox) {
 	m.live[rec.ID] = sb
 	m.mu.Unlock()
 	m.owners.Live(sb)
-	m.restorePreviews(ctx, sb)
+	m.previews.Restore(ctx, sb)
 
 	// Then move towards the desired state (an operation the last daemon
 	// started but did not finish).

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -58,6 +59,10 @@ func isLive(state string) bool {
 	}
 	return false
 }
+
+// LiveStates are the states of a live sandbox, counted against capacity
+// and quotas.
+func LiveStates() []string { return slices.Clone(liveStates) }
 
 // liveStates are the states counted against capacity and quotas.
 var liveStates = []string{api.StateStarting, api.StateRunning, api.StatePaused, api.StateStopping}

@@ -1,4 +1,4 @@
-// Package preview serves preview URLs: HTTP (and WebSocket) to a TCP port of a sandbox, routed by Host name on a listener of its own and guarded by the sandbox's preview token.
+// Package preview is the preview plane: HTTP (and WebSocket) to a TCP port of a sandbox, routed by Host name on a listener of its own and guarded by the sandbox's preview token (service/previews hands the URLs and tokens out).
 //
 // A preview URL is http://<port>-<sandbox id>.<domain>:<listen port>/.
 // The domain defaults to "localhost": browsers resolve every *.localhost
@@ -27,6 +27,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/service/previews"
 )
 
 // Timing of the proxy.
@@ -48,24 +49,14 @@ const (
 // back to that one preview host and no other.
 const CookieName = "airlock_preview"
 
-// Target is what the Backend knows of one port of a sandbox.
-type Target struct {
-	// Token is the sandbox's preview token.
-	Token string
-	// Exposed is true when the port was made a preview.
-	Exposed bool
-	// Public is true when the preview needs no token.
-	Public bool
-}
-
-// Backend is the sandbox side of previews (the manager).
+// Backend is the sandbox side of previews (service/previews).
 type Backend interface {
 	// PreviewTarget returns port of running sandbox id, or an error
 	// wrapping errdefs.ErrNotFound when there is no such sandbox (with the
 	// Target's Token still set, so that a holder of the token of a gone
 	// sandbox is told "not found" and everyone else what a private port
 	// answers).
-	PreviewTarget(ctx context.Context, id string, port int) (Target, error)
+	PreviewTarget(ctx context.Context, id string, port int) (previews.Target, error)
 	// PreviewDial connects to port inside sandbox id.
 	PreviewDial(ctx context.Context, id string, port int) (net.Conn, error)
 	// PreviewOpened is told that a client opened a preview, and how it was
@@ -130,45 +121,6 @@ func New(cfg Config) *Handler {
 // Close drops idle connections into sandboxes.
 func (h *Handler) Close() { h.tr.CloseIdleConnections() }
 
-// URL returns the preview URL of port of sandbox id for a listener at
-// listenAddr ("host:port").
-func URL(domain, listenAddr, id string, port int) string {
-	if domain == "" {
-		domain = "localhost"
-	}
-	_, lport, err := net.SplitHostPort(listenAddr)
-	if err != nil {
-		lport = ""
-	}
-	host := strconv.Itoa(port) + "-" + strings.ToLower(id) + "." + strings.Trim(domain, ".")
-	if lport != "" && lport != "80" {
-		host += ":" + lport
-	}
-	return "http://" + host + "/"
-}
-
-// ParseHost splits a preview host ("8080-sbx_x.localhost:7071") into
-// sandbox id and port; ok is false when it is not one under domain.
-func ParseHost(host, domain string) (id string, port int, ok bool) {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	label, ok := strings.CutSuffix(host, "."+domain)
-	if !ok || strings.Contains(label, ".") {
-		return "", 0, false
-	}
-	ps, id, ok := strings.Cut(label, "-")
-	if !ok || id == "" || ps == "" || len(ps) > 5 || ps[0] == '0' {
-		return "", 0, false
-	}
-	port, err := strconv.Atoi(ps)
-	if err != nil || port < 1 || port > 65535 {
-		return "", 0, false
-	}
-	return id, port, true
-}
-
 type ctxKey struct{}
 
 type route struct {
@@ -178,7 +130,7 @@ type route struct {
 
 // ServeHTTP routes r by its Host to a sandbox port.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id, port, ok := ParseHost(r.Host, h.cfg.Domain)
+	id, port, ok := previews.ParseHost(r.Host, h.cfg.Domain)
 	if !ok {
 		http.Error(w, "not a preview url", http.StatusNotFound)
 		return
@@ -193,7 +145,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// No such sandbox (gone, not running, never was): it answers as a
 		// private port does, so that without its token nobody tells the
 		// two apart; with it, the answer is "not found".
-		t = Target{Token: t.Token}
+		t = previews.Target{Token: t.Token}
 	}
 	via := "public"
 	if !t.Public {
@@ -341,12 +293,4 @@ func stripCookie(r *http.Request) {
 // equal compares secrets in constant time; an empty one matches nothing.
 func equal(a, b string) bool {
 	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 && b != ""
-}
-
-// TokenFor derives sandbox id's preview token from key: no token is
-// stored, and a restarted daemon gives the same ones.
-func TokenFor(key []byte, id string) string {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte("airlock preview token\x00" + id))
-	return "apv_" + hex.EncodeToString(mac.Sum(nil))[:40]
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/service/previews"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -24,22 +25,22 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // fakeBackend has sandboxes whose ports are real listeners on loopback.
 type fakeBackend struct {
 	mu      sync.Mutex
-	targets map[string]Target // "id/port"
-	addrs   map[string]string // "id/port" → listener address
-	known   map[string]bool   // sandbox ids
+	targets map[string]previews.Target // "id/port"
+	addrs   map[string]string          // "id/port" → listener address
+	known   map[string]bool            // sandbox ids
 	opened  []string
 	dials   int
 }
 
-func (b *fakeBackend) PreviewTarget(_ context.Context, id string, port int) (Target, error) {
+func (b *fakeBackend) PreviewTarget(_ context.Context, id string, port int) (previews.Target, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.known[id] {
-		return Target{Token: "tok-" + id}, errdefs.ErrNotFound
+		return previews.Target{Token: "tok-" + id}, errdefs.ErrNotFound
 	}
 	t, ok := b.targets[fmt.Sprintf("%s/%d", id, port)]
 	if !ok {
-		return Target{Token: "tok-" + id}, nil
+		return previews.Target{Token: "tok-" + id}, nil
 	}
 	return t, nil
 }
@@ -99,7 +100,7 @@ func newRig(t *testing.T) *rig {
 	t.Cleanup(app2.Close)
 	b := &fakeBackend{
 		known: map[string]bool{"sbx_a": true, "sbx_b": true},
-		targets: map[string]Target{
+		targets: map[string]previews.Target{
 			"sbx_a/8080": {Token: "tok-sbx_a", Exposed: true},
 			"sbx_a/9000": {Token: "tok-sbx_a", Exposed: true, Public: true},
 			"sbx_b/8080": {Token: "tok-sbx_b", Exposed: true, Public: true},
@@ -306,50 +307,5 @@ func TestConnectionsNotSharedAcrossSandboxes(t *testing.T) {
 		if !strings.HasPrefix(body, "path=/") {
 			t.Fatalf("sbx_a: %q", body)
 		}
-	}
-}
-
-func TestParseHost(t *testing.T) {
-	tests := []struct {
-		host, domain string
-		id           string
-		port         int
-		ok           bool
-	}{
-		{"8080-sbx_abc.localhost", "localhost", "sbx_abc", 8080, true},
-		{"8080-sbx_abc.localhost:7071", "localhost", "sbx_abc", 8080, true},
-		{"8080-sbx_abc.preview.example.org.", "preview.example.org", "sbx_abc", 8080, true},
-		{"80-sbx_abc.x.localhost", "localhost", "", 0, false},
-		{"08080-sbx_abc.localhost", "localhost", "", 0, false},
-		{"70000-sbx_abc.localhost", "localhost", "", 0, false},
-		{"0-sbx_abc.localhost", "localhost", "", 0, false},
-		{"sbx_abc.localhost", "localhost", "", 0, false},
-		{"8080-.localhost", "localhost", "", 0, false},
-		{"8080-sbx_abc.localhostx", "localhost", "", 0, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.host, func(t *testing.T) {
-			id, port, ok := ParseHost(tc.host, tc.domain)
-			if id != tc.id || port != tc.port || ok != tc.ok {
-				t.Fatalf("got %q %d %v", id, port, ok)
-			}
-		})
-	}
-}
-
-func TestURLAndToken(t *testing.T) {
-	if got := URL("localhost", "127.0.0.1:7071", "sbx_Ab", 8080); got != "http://8080-sbx_ab.localhost:7071/" {
-		t.Fatalf("url %s", got)
-	}
-	id, port, ok := ParseHost(strings.TrimSuffix(strings.TrimPrefix(URL("", "[::1]:80", "sbx_x", 3000), "http://"), "/"), "localhost")
-	if !ok || id != "sbx_x" || port != 3000 {
-		t.Fatalf("round trip: %q %d %v", id, port, ok)
-	}
-	k1, k2 := []byte("key-one"), []byte("key-two")
-	if a, b := TokenFor(k1, "sbx_a"), TokenFor(append([]byte(nil), k1...), "sbx_a"); a != b {
-		t.Fatal("token is not stable")
-	}
-	if TokenFor(k1, "sbx_a") == TokenFor(k1, "sbx_b") || TokenFor(k1, "sbx_a") == TokenFor(k2, "sbx_a") {
-		t.Fatal("tokens collide across sandboxes or keys")
 	}
 }

@@ -1,8 +1,7 @@
-package sandbox
+package previews
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 // PortDialer is an optional part of a driver.Driver whose sandboxes do not
@@ -26,19 +26,10 @@ type PortDialer interface {
 	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
-// netNSPather is an optional part of a Network: the path of sandbox id's
-// namespace bind mount.
-type netNSPather interface {
+// NetNS is the network backend's part that knows where sandbox id's
+// namespace is bind-mounted (sandbox.NetworkOf's value has it).
+type NetNS interface {
 	NetNSPathOf(id string) (string, bool)
-}
-
-// NetNSPathOf is the bind-mounted namespace of sandbox id, if it has one.
-func (n netManager) NetNSPathOf(id string) (string, bool) {
-	a, ok := n.Manager.Attachment(id)
-	if !ok {
-		return "", false
-	}
-	return a.NetNSPath(), true
 }
 
 // DialSandbox connects to TCP port on the loopback of sandbox id, as a
@@ -51,12 +42,12 @@ func (m *Service) DialSandbox(ctx context.Context, p auth.Principal, id string, 
 	if port < 1 || port > 65535 {
 		return nil, public(errInvalid, "port %d is out of range", port)
 	}
-	sb, err := m.Running(ctx, p, id)
+	sb, err := m.sandboxes.Running(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
-	if d, ok := sb.drv.(PortDialer); ok {
-		return d.DialPort(ctx, sb.id, port)
+	if d, ok := sb.Driver().(PortDialer); ok {
+		return d.DialPort(ctx, sb.ID(), port)
 	}
 	nsf, err := m.sandboxNetNS(ctx, sb)
 	if err != nil {
@@ -67,9 +58,9 @@ func (m *Service) DialSandbox(ctx context.Context, p auth.Principal, id string, 
 	if err != nil {
 		var se *os.SyscallError
 		if errors.As(err, &se) && (errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.ECONNRESET)) {
-			return nil, &PublicError{Msg: fmt.Sprintf("nothing listens on port %d in the sandbox", port), Err: fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)}
+			return nil, &errdefs.Public{Msg: fmt.Sprintf("nothing listens on port %d in the sandbox", port), Err: fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)}
 		}
-		return nil, fmt.Errorf("dialing port %d in sandbox %s: %w", port, sb.id, err)
+		return nil, fmt.Errorf("dialing port %d in sandbox %s: %w", port, sb.ID(), err)
 	}
 	return c, nil
 }
@@ -77,11 +68,9 @@ func (m *Service) DialSandbox(ctx context.Context, p auth.Principal, id string, 
 // sandboxNetNS opens sandbox sb's network namespace: the network backend's
 // bind mount when the sandbox joined one, else its init's through a pidfd
 // (so that a recycled pid can not lead into another process's namespace).
-func (m *Service) sandboxNetNS(ctx context.Context, sb *Live) (*os.File, error) {
-	var sp Spec
-	_ = json.Unmarshal(sb.snapshot().Spec, &sp)
-	if np, ok := m.net.(netNSPather); ok && sp.NetNS {
-		if path, ok := np.NetNSPathOf(sb.id); ok {
+func (m *Service) sandboxNetNS(ctx context.Context, sb *sandbox.Live) (*os.File, error) {
+	if m.netns != nil && sb.Spec().NetNS {
+		if path, ok := m.netns.NetNSPathOf(sb.ID()); ok {
 			f, err := os.Open(path)
 			if err != nil {
 				return nil, fmt.Errorf("opening sandbox network namespace: %w", err)
@@ -89,7 +78,7 @@ func (m *Service) sandboxNetNS(ctx context.Context, sb *Live) (*os.File, error) 
 			return f, nil
 		}
 	}
-	st, err := sb.drv.Inspect(ctx, sb.id)
+	st, err := sb.Driver().Inspect(ctx, sb.ID())
 	if err != nil {
 		return nil, fmt.Errorf("inspecting sandbox: %w", err)
 	}
@@ -103,7 +92,7 @@ func (m *Service) sandboxNetNS(ctx context.Context, sb *Live) (*os.File, error) 
 	f := os.NewFile(uintptr(pidfd), "pidfd:"+strconv.Itoa(st.Pid))
 	// The pid was the sandbox's init when Inspect ran; check it still is now
 	// that the pidfd pins the process.
-	again, err := sb.drv.Inspect(ctx, sb.id)
+	again, err := sb.Driver().Inspect(ctx, sb.ID())
 	if err != nil || again.Pid != st.Pid || again.State != driver.StateRunning {
 		f.Close()
 		return nil, public(errdefs.ErrInvalidState, "sandbox is not running")
