@@ -16,6 +16,7 @@ import (
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/service/accounting"
 	"github.com/airlockhq/airlock/internal/service/code"
+	"github.com/airlockhq/airlock/internal/service/exec"
 	"github.com/airlockhq/airlock/internal/service/files"
 	"github.com/airlockhq/airlock/internal/service/netpolicy"
 	"github.com/airlockhq/airlock/internal/service/previews"
@@ -52,7 +53,7 @@ type Config struct {
 	// the network backend (default: one of the services' own).
 	Attribution *netpolicy.Attribution
 	// Observer is told of creates, execs and agent calls (metrics).
-	Observer sandbox.Observer
+	Observer Observer
 	// Logger and Now default to slog.Default() and time.Now.
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -63,11 +64,17 @@ type Config struct {
 	TickInterval, SweepInterval, AgentDialTimeout, CreateTimeout, ExecRetention, SampleInterval time.Duration
 }
 
+// Observer is told of creates, execs and agent round trips (metrics).
+type Observer interface {
+	sandbox.Observer
+	exec.Observer
+}
+
 // Set is the services of one daemon. The fields are the services the
 // planes take; each implements the planes' interfaces of its concern.
 type Set struct {
 	Sandboxes  *sandbox.Service
-	Execs      *sandbox.Service
+	Execs      *exec.Service
 	Files      *files.Service
 	Networks   *netpolicy.Policy
 	Previews   *previews.Service
@@ -106,17 +113,24 @@ func New(cfg Config) (*Set, error) {
 	}
 	ports := previews.NewPorts(previews.PortsConfig{Store: cfg.Store, DataDir: cfg.Settings.DataDir,
 		Domain: cfg.Settings.PreviewDomain, Listen: cfg.Settings.PreviewListen, Logger: cfg.Logger, Now: cfg.Now})
+	var execObs exec.Observer
+	if cfg.Observer != nil {
+		execObs = cfg.Observer
+	}
+	engine := exec.NewEngine(exec.EngineConfig{Settings: cfg.Settings, Store: cfg.Store, Audit: cfg.Audit, Observer: execObs,
+		Logger: cfg.Logger, Now: cfg.Now, ExecRetention: cfg.ExecRetention, AgentDialTimeout: cfg.AgentDialTimeout})
 	meter := accounting.NewMeter(accounting.MeterConfig{Store: cfg.Store, Network: counters, Logger: cfg.Logger, Now: cfg.Now})
 	m, err := sandbox.New(sandbox.Config{
 		Settings: cfg.Settings, Store: cfg.Store, Drivers: cfg.Drivers, Templates: tmpl,
 		SecretsKeyPath: cfg.SecretsKeyPath, Logger: cfg.Logger, Now: cfg.Now,
 		TickInterval: cfg.TickInterval, SweepInterval: cfg.SweepInterval, AgentDialTimeout: cfg.AgentDialTimeout,
-		CreateTimeout: cfg.CreateTimeout, ExecRetention: cfg.ExecRetention, SampleInterval: cfg.SampleInterval,
-		Network: cfg.Network, Policy: policy, Owners: cfg.Attribution, Quotas: quotas, Meter: meter, Previews: ports,
+		CreateTimeout: cfg.CreateTimeout, SampleInterval: cfg.SampleInterval,
+		Network: cfg.Network, Policy: policy, Owners: cfg.Attribution, Quotas: quotas, Meter: meter, Previews: ports, Execs: engine,
 		Audit: cfg.Audit, Observer: cfg.Observer,
 	})
 	if err != nil {
 		tmpl.Close()
+		engine.Close()
 		return nil, err
 	}
 	var netns previews.NetNS
@@ -128,7 +142,7 @@ func New(cfg Config) (*Set, error) {
 	c := code.New(code.Config{Backend: code.ManagerBackend(m), Logger: cfg.Logger.With("component", "code"), Now: cfg.Now})
 	s := &Set{
 		Sandboxes: m,
-		Execs:     m,
+		Execs:     exec.New(exec.Config{Engine: engine, Sandboxes: m, Quotas: quotas}),
 		Files:     files.New(files.Config{Sandboxes: m, MaxUploadBytes: cfg.Settings.MaxUploadBytes}),
 		Networks:  policy,
 		Previews:  previews.New(previews.Config{Sandboxes: m, Ports: ports, NetNS: netns, Logger: cfg.Logger}),
@@ -139,7 +153,7 @@ func New(cfg Config) (*Set, error) {
 	}
 	// Closed in reverse: the code interpreter's kernels before the
 	// sandboxes' agent connections.
-	s.closers = []func(){tmpl.Close, func() { m.Close() }, c.Close}
+	s.closers = []func(){tmpl.Close, func() { m.Close() }, engine.Close, c.Close}
 	return s, nil
 }
 

@@ -18,7 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	pb "github.com/airlockhq/airlock/internal/plane/e2b/envd/processpb"
 	"github.com/airlockhq/airlock/internal/plane/e2b/envd/processpb/processpbconnect"
-	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/service/exec"
 )
 
 // firstPID is the first pid handed out in a sandbox. E2B pids are envd's
@@ -169,12 +169,12 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 		secs := min(time.Until(dl).Seconds(), h.cfg.MaxExecTimeout.Seconds())
 		ereq.TimeoutS = &secs
 	}
-	opts := sandbox.ExecOptions{StdinOpen: req.Msg.GetStdin()}
+	opts := exec.Options{StdinOpen: req.Msg.GetStdin()}
 	if pty := req.Msg.GetPty(); pty != nil {
 		ereq.PTY = true
 		opts.StdinOpen = true
 		if sz := pty.GetSize(); sz != nil && sz.GetCols() > 0 && sz.GetRows() > 0 {
-			opts.PTYSize = &sandbox.PTYSize{Cols: uint16(min(sz.GetCols(), 1<<15)), Rows: uint16(min(sz.GetRows(), 1<<15))}
+			opts.PTYSize = &exec.PTYSize{Cols: uint16(min(sz.GetCols(), 1<<15)), Rows: uint16(min(sz.GetRows(), 1<<15))}
 		}
 	}
 	ex, err := h.execs.Exec(ctx, t.p, t.id, ereq, opts)
@@ -214,7 +214,7 @@ func (s *processService) Connect(ctx context.Context, req *connect.Request[pb.Co
 
 // follow sends an exec's output and end as process events, with keep-alives
 // while it is quiet.
-func (h *Handler) follow(ctx context.Context, p *proc, sub *sandbox.Subscription, send func(*pb.ProcessEvent) error) error {
+func (h *Handler) follow(ctx context.Context, p *proc, sub *exec.Subscription, send func(*pb.ProcessEvent) error) error {
 	for {
 		ev, ok, err := sub.Next(ctx, h.cfg.Keepalive)
 		if errors.Is(err, io.EOF) {
@@ -230,12 +230,12 @@ func (h *Handler) follow(ctx context.Context, p *proc, sub *sandbox.Subscription
 			continue
 		}
 		switch ev.Type {
-		case sandbox.EventOutput:
+		case exec.EventOutput:
 			d := &pb.ProcessEvent_DataEvent{}
 			switch ev.Stream {
-			case sandbox.StreamStderr:
+			case exec.StreamStderr:
 				d.Output = &pb.ProcessEvent_DataEvent_Stderr{Stderr: ev.Data}
-			case sandbox.StreamPTY:
+			case exec.StreamPTY:
 				d.Output = &pb.ProcessEvent_DataEvent_Pty{Pty: ev.Data}
 			default:
 				d.Output = &pb.ProcessEvent_DataEvent_Stdout{Stdout: ev.Data}
@@ -243,7 +243,7 @@ func (h *Handler) follow(ctx context.Context, p *proc, sub *sandbox.Subscription
 			if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: d}}); err != nil {
 				return err
 			}
-		case sandbox.EventExit:
+		case exec.EventExit:
 			p.ended()
 			if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: endEvent(ev.Result)}}); err != nil {
 				return err

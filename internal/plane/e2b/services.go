@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/service/exec"
 	"github.com/airlockhq/airlock/internal/service/files"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
@@ -30,9 +31,9 @@ type Sandboxes interface {
 
 // Execs runs and follows commands (envd's process service).
 type Execs interface {
-	Exec(ctx context.Context, p auth.Principal, id string, req api.ExecRequest, opts sandbox.ExecOptions) (*sandbox.Exec, error)
+	Exec(ctx context.Context, p auth.Principal, id string, req api.ExecRequest, opts exec.Options) (*exec.Exec, error)
 	ListExecs(ctx context.Context, p auth.Principal, id string, limit int, cursor string) (api.ExecList, error)
-	Events(ctx context.Context, p auth.Principal, id, eid string, from int64) (*sandbox.Subscription, error)
+	Events(ctx context.Context, p auth.Principal, id, eid string, from int64) (*exec.Subscription, error)
 	WriteStdin(ctx context.Context, p auth.Principal, id, eid string, r io.Reader, eof bool) (int64, error)
 	Signal(ctx context.Context, p auth.Principal, id, eid, sig string) error
 	Resize(ctx context.Context, p auth.Principal, id, eid string, cols, rows uint16) error

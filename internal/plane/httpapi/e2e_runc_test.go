@@ -182,7 +182,7 @@ func (e *e2e) start() {
 		}
 		e.nm = nm
 	}
-	var obs sandbox.Observer
+	var obs service.Observer
 	if e.metrics != nil {
 		obs = e.metrics
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/service/exec"
 )
 
 // wantsSSE reports whether the client asked for Server-Sent Events.
@@ -44,7 +44,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, p auth.Principal) 
 	// Stdin stays open for …/stdin in the streaming modes unless the request
 	// gave its stdin up front; a JSON call has no way to send more, so its
 	// stdin closes at once (a command reading it sees EOF, never hangs).
-	opts := sandbox.ExecOptions{StdinOpen: (async || sse) && req.Stdin == nil}
+	opts := exec.Options{StdinOpen: (async || sse) && req.Stdin == nil}
 	e, err := s.execs.Exec(r.Context(), p, r.PathValue("id"), req, opts)
 	if err != nil {
 		return err
@@ -68,7 +68,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, p auth.Principal) 
 
 // streamEvents writes an exec's events as SSE until the exit event or the
 // client leaves. startID, when set, is sent first as the `start` event.
-func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, sub *sandbox.Subscription, startID string) error {
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, sub *exec.Subscription, startID string) error {
 	sw := newSSE(w)
 	if startID != "" {
 		if err := sw.event("start", "", api.ExecStarted{ID: startID}); err != nil {
@@ -94,13 +94,13 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, sub *sandb
 			}
 			continue
 		}
-		if ev.Type == sandbox.EventExit {
+		if ev.Type == exec.EventExit {
 			sw.event("exit", "", ev.Result)
 			return nil
 		}
 		name := ev.Stream
-		if name == sandbox.StreamPTY {
-			name = sandbox.StreamStdout // a terminal merges both streams
+		if name == exec.StreamPTY {
+			name = exec.StreamStdout // a terminal merges both streams
 		}
 		out := api.OutputEvent{Offset: ev.Offset}
 		if utf8.Valid(ev.Data) {

@@ -163,7 +163,7 @@ func init() {
 // start runs a manager and server over the harness's store and driver.
 func (h *harness) start() {
 	h.t.Helper()
-	var obs sandbox.Observer
+	var obs service.Observer
 	if !h.noObserver {
 		obs = h.metrics
 	}

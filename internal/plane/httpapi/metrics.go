@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/service/exec"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
@@ -76,17 +77,18 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 var (
 	_ sandbox.Observer             = (*Metrics)(nil)
 	_ sandbox.SandboxErrorObserver = (*Metrics)(nil)
+	_ exec.Observer                = (*Metrics)(nil)
 )
 
-// SandboxError implements manager.SandboxErrorObserver.
+// SandboxError implements sandbox.SandboxErrorObserver.
 func (mt *Metrics) SandboxError(code string) { mt.sbErrors.WithLabelValues(code).Inc() }
 
-// ExecDone implements manager.Observer.
+// ExecDone implements exec.Observer.
 func (mt *Metrics) ExecDone(runtime, status string, d time.Duration) {
 	mt.execs.WithLabelValues(runtime, status).Observe(d.Seconds())
 }
 
-// CreateDone implements manager.Observer.
+// CreateDone implements sandbox.Observer.
 func (mt *Metrics) CreateDone(runtime string, d time.Duration, ok bool) {
 	result := "ok"
 	if !ok {
@@ -95,7 +97,7 @@ func (mt *Metrics) CreateDone(runtime string, d time.Duration, ok bool) {
 	mt.creates.WithLabelValues(runtime, result).Observe(d.Seconds())
 }
 
-// AgentCall implements manager.Observer.
+// AgentCall implements sandbox.Observer.
 func (mt *Metrics) AgentCall(d time.Duration) { mt.agent.Observe(d.Seconds()) }
 
 func (mt *Metrics) observeError(code string) { mt.errors.WithLabelValues(code).Inc() }

@@ -16,7 +16,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/service/exec"
 )
 
 // ptyIdle is how often an idle terminal is pinged, so that proxies keep the
@@ -33,7 +33,7 @@ const maxPTYFrame = 1 << 20
 // hang-up.
 func (s *Server) pty(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	q := r.URL.Query()
-	size := &sandbox.PTYSize{Cols: 80, Rows: 24}
+	size := &exec.PTYSize{Cols: 80, Rows: 24}
 	for name, dst := range map[string]*uint16{"cols": &size.Cols, "rows": &size.Rows} {
 		if v := q.Get(name); v != "" {
 			n, err := strconv.ParseUint(v, 10, 16)
@@ -64,7 +64,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request, p auth.Principal) e
 	}
 	// Start the command before upgrading, so that a bad request still gets
 	// the API's error body rather than a closed socket.
-	e, err := s.execs.Exec(r.Context(), p, r.PathValue("id"), req, sandbox.ExecOptions{StdinOpen: true, PTYSize: size})
+	e, err := s.execs.Exec(r.Context(), p, r.PathValue("id"), req, exec.Options{StdinOpen: true, PTYSize: size})
 	if err != nil {
 		return err
 	}
@@ -137,7 +137,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request, p auth.Principal) e
 			}
 			continue
 		}
-		if ev.Type == sandbox.EventExit {
+		if ev.Type == exec.EventExit {
 			b, _ := json.Marshal(map[string]any{"exit": ev.Result})
 			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
 			conn.Write(wctx, websocket.MessageText, b)

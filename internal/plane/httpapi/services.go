@@ -10,6 +10,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/service/accounting"
+	"github.com/airlockhq/airlock/internal/service/exec"
 	"github.com/airlockhq/airlock/internal/service/files"
 	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/service/templates"
@@ -56,13 +57,13 @@ type Sandboxes interface {
 type Execs interface {
 	// Exec starts a command; it is followed to its end whether or not the
 	// caller stays.
-	Exec(ctx context.Context, p auth.Principal, id string, req api.ExecRequest, opts sandbox.ExecOptions) (*sandbox.Exec, error)
+	Exec(ctx context.Context, p auth.Principal, id string, req api.ExecRequest, opts exec.Options) (*exec.Exec, error)
 	// GetExec returns an exec, with its output once it ended.
 	GetExec(ctx context.Context, p auth.Principal, id, eid string) (api.ExecResult, error)
 	// ListExecs returns one page of a sandbox's execs, newest first.
 	ListExecs(ctx context.Context, p auth.Principal, id string, limit int, cursor string) (api.ExecList, error)
 	// Events follows an exec's output from offset from.
-	Events(ctx context.Context, p auth.Principal, id, eid string, from int64) (*sandbox.Subscription, error)
+	Events(ctx context.Context, p auth.Principal, id, eid string, from int64) (*exec.Subscription, error)
 	// WriteStdin forwards r to an exec's stdin, closing it after if eof.
 	WriteStdin(ctx context.Context, p auth.Principal, id, eid string, r io.Reader, eof bool) (int64, error)
 	// Signal sends sig to an exec's process tree.

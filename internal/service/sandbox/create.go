@@ -177,7 +177,7 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	sb := &Live{
 		id: id, tenant: p.Tenant, drv: drv, m: m, rec: rec, ready: make(chan struct{}),
 		secrets: envSecrets(sp, req.Secrets), env: sp.Env, red: redact.New(req.Secrets),
-		execs: map[string]*execTracker{}, gone: make(chan struct{}),
+		gone: make(chan struct{}),
 	}
 	sb.setExecDefaults(sp)
 
@@ -244,7 +244,7 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		// The template's process runs (and answers its ready check) before
 		// the sandbox is reported ready; it is an exec like any other, so
 		// the sandbox must be running for it.
-		if err := m.startTemplate(cctx, p, sb, c); err != nil {
+		if err := m.execs.StartTemplate(cctx, sb, c); err != nil {
 			log.Warn("sandbox create failed: template start", "err", err)
 			m.failCreate(cctx, sb, err, idem)
 			close(sb.ready)
@@ -361,6 +361,7 @@ func (m *Service) failCreate(ctx context.Context, sb *Live, cause error, idem *s
 	delete(m.live, sb.id)
 	m.mu.Unlock()
 	m.meter.Forget(sb.id)
+	m.execs.Forget(sb.id)
 }
 
 // stateErrorOf turns an error into the {code, message} shown on a sandbox in
@@ -515,7 +516,7 @@ func (m *Service) validateCreate(req api.CreateSandboxRequest) (Spec, driver.Dri
 	size := 0
 	for _, kv := range []map[string]string{req.Env, req.Secrets} {
 		for k, v := range kv {
-			if err := validEnv(k, v); err != nil {
+			if err := ValidEnv(k, v); err != nil {
 				return sp, nil, err
 			}
 			size += len(k) + len(v)
@@ -586,7 +587,10 @@ func (m *Service) validateCreate(req api.CreateSandboxRequest) (Spec, driver.Dri
 	return sp, drv, nil
 }
 
-func validEnv(k, v string) error {
+// ValidEnv checks an environment variable a request gives (a create's,
+// an exec's): a variable name that is not the exec id's, a value without
+// NUL.
+func ValidEnv(k, v string) error {
 	if !envNameRE.MatchString(k) {
 		return public(errInvalid, "env name %q is not a valid variable name", truncate(k, 64))
 	}

@@ -270,6 +270,7 @@ func (m *Service) forget(sb *Live) {
 	m.mu.Unlock()
 	m.previews.Forget(sb.id)
 	m.meter.Forget(sb.id)
+	m.execs.Forget(sb.id)
 	clear(sb.secrets)
 }
 

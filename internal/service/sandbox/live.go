@@ -32,7 +32,7 @@ type Live struct {
 	// for one id serialised by the caller).
 	opMu sync.Mutex
 
-	// mu guards rec, execs.
+	// mu guards rec.
 	mu  sync.Mutex
 	rec store.Sandbox
 
@@ -49,7 +49,6 @@ type Live struct {
 	dialMu sync.Mutex
 	client *agentclient.Client
 
-	execs map[string]*execTracker
 	// expiring is set while the TTL loop stops the sandbox.
 	expiring bool
 	// execRecovery is set for a sandbox recovered while paused: its execs
@@ -63,11 +62,6 @@ type Live struct {
 	// crashCode is set (before gone is closed) to the sandbox error code
 	// when the sandbox died rather than being stopped.
 	crashCode atomic.Pointer[string]
-
-	// homes holds each user's default exec directory as the agent's exec
-	// results named it (defaultCwd).
-	homesMu sync.Mutex
-	homes   map[string]string
 
 	// res is what the sandbox holds against its tenant's quota, read
 	// from its spec once (quota.go).

@@ -55,9 +55,6 @@ const (
 	defaultDialTimeout = 30 * time.Second
 	// defaultCreateTimeout bounds one whole create (storage, runtime, agent).
 	defaultCreateTimeout = 2 * time.Minute
-	// defaultExecRetention is how long an ended exec's events stay in memory
-	// for fast re-attach; after that they are read back from the store.
-	defaultExecRetention = 2 * time.Minute
 	// cleanupTimeout bounds teardown that runs detached from any request.
 	cleanupTimeout = 2 * time.Minute
 	// retryAfterCapacity is the Retry-After of capacity and quota errors:
@@ -87,13 +84,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; default time.Now. Tests inject their own.
 	Now func() time.Time
-	// TickInterval, SweepInterval, AgentDialTimeout, CreateTimeout and
-	// ExecRetention override the defaults above (tests shorten them).
+	// TickInterval, SweepInterval, AgentDialTimeout, CreateTimeout
+	// override the defaults above (tests shorten them).
 	TickInterval     time.Duration
 	SweepInterval    time.Duration
 	AgentDialTimeout time.Duration
 	CreateTimeout    time.Duration
-	ExecRetention    time.Duration
 	// Network gives every sandbox its network namespace and enforces its
 	// egress policy (NetworkOf(network.Manager)). Without it sandboxes get
 	// the runtime's loopback-only namespace and only mode none is accepted.
@@ -105,6 +101,9 @@ type Config struct {
 	Audit *audit.Recorder
 	// Quotas says what a tenant may hold (capacity.go). Required.
 	Quotas Quotas
+	// Execs runs the template start commands of creates and follows again
+	// the execs of sandboxes recovered after a restart. Required.
+	Execs Execs
 	// Previews forgets the exposed ports of a gone sandbox and restores
 	// those of one recovered. Required.
 	Previews Previews
@@ -127,8 +126,6 @@ type Observer interface {
 	// CreateDone is told how long a create took on runtime and whether it
 	// succeeded.
 	CreateDone(runtime string, d time.Duration, ok bool)
-	// ExecDone is told the runtime, final status and duration of an exec.
-	ExecDone(runtime, status string, d time.Duration)
 	// AgentCall is told the duration of one manager-to-agent call.
 	AgentCall(d time.Duration)
 }
@@ -144,6 +141,7 @@ type SandboxErrorObserver interface {
 type Service struct {
 	cfg      Config
 	previews Previews
+	execs    Execs
 	settings config.Config
 	store    *store.Store
 	drivers  map[string]driver.Driver
@@ -182,8 +180,8 @@ type Service struct {
 
 // New returns a Service for cfg. Call Start before use.
 func New(cfg Config) (*Service, error) {
-	if cfg.Store == nil || cfg.Templates == nil || cfg.Policy == nil || cfg.Owners == nil || cfg.Quotas == nil || cfg.Meter == nil || cfg.Previews == nil {
-		return nil, errors.New("sandbox: store, templates, policy, owners, quotas, meter and previews are required")
+	if cfg.Store == nil || cfg.Templates == nil || cfg.Policy == nil || cfg.Owners == nil || cfg.Quotas == nil || cfg.Meter == nil || cfg.Previews == nil || cfg.Execs == nil {
+		return nil, errors.New("sandbox: store, templates, policy, owners, quotas, meter, previews and execs are required")
 	}
 	if err := cfg.Settings.Validate(); err != nil {
 		return nil, err
@@ -206,9 +204,6 @@ func New(cfg Config) (*Service, error) {
 	if cfg.CreateTimeout <= 0 {
 		cfg.CreateTimeout = defaultCreateTimeout
 	}
-	if cfg.ExecRetention <= 0 {
-		cfg.ExecRetention = defaultExecRetention
-	}
 	if cfg.SampleInterval <= 0 {
 		cfg.SampleInterval = cfg.Settings.SampleInterval()
 	}
@@ -221,6 +216,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	m := &Service{
 		previews: cfg.Previews,
+		execs:    cfg.Execs,
 		cfg:      cfg,
 		settings: cfg.Settings,
 		store:    cfg.Store,
@@ -293,6 +289,20 @@ func (m *Service) isShutdown() bool {
 	default:
 		return false
 	}
+}
+
+// Execs follows the execs of sandboxes (service/exec's Engine).
+type Execs interface {
+	// StartTemplate runs the template's start command in sb as an exec
+	// (its output can be followed like any exec's) and waits for its
+	// ready command to pass; it fails if the start command ends first or
+	// ctx ends.
+	StartTemplate(ctx context.Context, sb *Live, cfg template.Config) error
+	// Reattach follows again the execs of sb, recovered after a restart,
+	// that the store says are still running.
+	Reattach(ctx context.Context, sb *Live) error
+	// Forget drops what is kept of sandbox id, which is gone.
+	Forget(id string)
 }
 
 // Previews keeps the exposed ports of sandboxes (service/previews' Ports).

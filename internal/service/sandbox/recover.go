@@ -74,7 +74,7 @@ func (m *Service) recoverOne(ctx context.Context, rec store.Sandbox) {
 	sb := &Live{
 		id: rec.ID, tenant: rec.Tenant, drv: drv, m: m, rec: rec, ready: ready,
 		secrets: envSecrets(sp, secrets), env: sp.Env, red: redact.New(secrets),
-		execs: map[string]*execTracker{}, gone: make(chan struct{}),
+		gone: make(chan struct{}),
 	}
 	sb.setExecDefaults(sp)
 	switch {
@@ -169,8 +169,8 @@ func (m *Service) recoverOne(ctx context.Context, rec store.Sandbox) {
 	log.Info("sandbox recovered", "state", sb.state())
 }
 
-// reattach dials the agent of a recovered sandbox and follows the execs the
-// store says are still running.
+// reattach dials the agent of a recovered sandbox and has the exec engine
+// follow again the execs the store says are still running.
 func (m *Service) reattach(ctx context.Context, sb *Live, log *slog.Logger) error {
 	dctx, cancel := context.WithTimeout(ctx, m.cfg.AgentDialTimeout)
 	defer cancel()
@@ -183,46 +183,7 @@ func (m *Service) reattach(ctx context.Context, sb *Live, log *slog.Logger) erro
 		log.Warn("pinging recovered agent", "err", err)
 		return err
 	}
-	recs, err := m.store.RunningExecs(ctx, sb.id)
-	if err != nil || len(recs) == 0 {
-		return err
-	}
-	infos, err := c.ListExecs(dctx)
-	if err != nil {
-		return err
-	}
-	known := map[string]bool{}
-	caps := map[string]int64{}
-	for _, in := range infos {
-		known[in.ID] = true
-		caps[in.ID] = in.MaxOutputBytes
-	}
-	for _, rec := range recs {
-		if !known[rec.ID] {
-			end := m.now().UTC()
-			rec.Status, rec.EndedAt, rec.Error = api.ExecError, &end, "exec was lost while the daemon restarted"
-			rec.ErrorCode = api.ExecCodeAgentUnavailable
-			rec.DurationMS = end.Sub(rec.StartedAt).Milliseconds()
-			if err := m.finishExec(ctx, sb, rec, nil); err != nil {
-				log.Warn("recording lost exec", "exec_id", rec.ID, "err", err)
-			}
-			continue
-		}
-		t := newTracker(m, sb, rec, 0) // the agent enforces its timeout
-		t.setOutputCap(caps[rec.ID])
-		tctx, tcancel := context.WithCancel(m.ctx)
-		st, err := c.Attach(tctx, rec.ID, 0)
-		if err != nil {
-			tcancel()
-			log.Warn("re-attaching exec", "exec_id", rec.ID, "err", err)
-			continue
-		}
-		sb.mu.Lock()
-		sb.execs[t.id] = t
-		sb.mu.Unlock()
-		m.goBackground(func() { t.run(tctx, tcancel, st) })
-	}
-	return nil
+	return m.execs.Reattach(ctx, sb)
 }
 
 // systemPrincipal acts for the daemon itself on tenant's sandboxes.

@@ -1,4 +1,4 @@
-package sandbox_test
+package exec_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/auth"
-	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/service/exec"
 )
 
 // TestSlowSecretMasked prints a secret with adversarial timings through the
@@ -22,7 +22,8 @@ import (
 // (2 s for four bytes or more), and the rest of the secret after it was no
 // longer recognised: every case here printed the secret in plain.
 func TestSlowSecretMasked(t *testing.T) {
-	m, st, _ := newManager(t)
+	e0 := newEnv(t)
+	m, x, st := e0.Sandboxes, e0.Execs, e0.Store
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel) // the cases run in parallel, after this function returns
 	p := auth.Principal{Tenant: "acme"}
@@ -67,7 +68,7 @@ func TestSlowSecretMasked(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			shell := tc.shell
-			e, err := m.Exec(ctx, p, id, api.ExecRequest{Shell: &shell, PTY: tc.pty}, sandbox.ExecOptions{})
+			e, err := x.Exec(ctx, p, id, api.ExecRequest{Shell: &shell, PTY: tc.pty}, exec.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package sandbox_test
+package exec_test
 
 import (
 	"context"
@@ -9,25 +9,23 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
-	"github.com/airlockhq/airlock/internal/service/sandbox"
+	"github.com/airlockhq/airlock/internal/service/exec"
 	"github.com/airlockhq/airlock/internal/service/servicetest"
-	"github.com/airlockhq/airlock/internal/store"
 )
 
-// newManager runs the services on a fresh store and the fake driver
-// (whose agents are real, in this process). It returns the store and its
-// file too.
-func newManager(t *testing.T) (*sandbox.Service, *store.Store, string) {
+// newEnv runs the services on a fresh store and the fake driver (whose
+// agents are real, in this process).
+func newEnv(t *testing.T) *servicetest.Env {
 	t.Helper()
-	e := servicetest.Start(t, servicetest.Options{})
-	return e.Sandboxes, e.Store, e.DBPath
+	return servicetest.Start(t, servicetest.Options{})
 }
 
 // TestExecAnswersBeforeItsRecord holds the store's write lock while an exec
 // ends: its result must reach the caller (and a listing) without waiting
 // for the store, and the record must land once the lock is released.
 func TestExecAnswersBeforeItsRecord(t *testing.T) {
-	m, st, dbPath := newManager(t)
+	e0 := newEnv(t)
+	m, x, st, dbPath := e0.Sandboxes, e0.Execs, e0.Store, e0.DBPath
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p := auth.Principal{Tenant: "acme"}
@@ -41,7 +39,7 @@ func TestExecAnswersBeforeItsRecord(t *testing.T) {
 	// The exec waits for its stdin, so that the lock is taken after its
 	// record was created and before it ends.
 	shell := "read line; echo got $line"
-	e, err := m.Exec(ctx, p, id, api.ExecRequest{Shell: &shell}, sandbox.ExecOptions{StdinOpen: true})
+	e, err := x.Exec(ctx, p, id, api.ExecRequest{Shell: &shell}, exec.Options{StdinOpen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +68,7 @@ func TestExecAnswersBeforeItsRecord(t *testing.T) {
 	}
 	defer unlock()
 
-	if _, err := m.WriteStdin(ctx, p, id, e.ID(), strings.NewReader("hello\n"), true); err != nil {
+	if _, err := x.WriteStdin(ctx, p, id, e.ID(), strings.NewReader("hello\n"), true); err != nil {
 		t.Fatal(err)
 	}
 	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
@@ -86,14 +84,14 @@ func TestExecAnswersBeforeItsRecord(t *testing.T) {
 	if rec, err := st.GetExec(ctx, id, e.ID()); err != nil || rec.EndedAt != nil {
 		t.Fatalf("store record %+v, %v: want it still running while locked", rec, err)
 	}
-	list, err := m.ListExecs(ctx, p, id, 10, "")
+	list, err := x.ListExecs(ctx, p, id, 10, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(list.Execs) != 1 || list.Execs[0].Status != api.ExecExited || list.Execs[0].ExitCode == nil || *list.Execs[0].ExitCode != 0 {
 		t.Fatalf("listing %+v, want the exec ended", list.Execs)
 	}
-	got, err := m.GetExec(ctx, p, id, e.ID())
+	got, err := x.GetExec(ctx, p, id, e.ID())
 	if err != nil || got.Status != api.ExecExited || got.Stdout == nil || *got.Stdout != "got hello\n" {
 		t.Fatalf("GetExec = %+v, %v", got, err)
 	}
