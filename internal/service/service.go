@@ -139,7 +139,8 @@ func New(cfg Config) (*Set, error) {
 	}
 	// The code interpreter is one per daemon: it kills the kernels it
 	// does not know.
-	c := code.New(code.Config{Backend: code.ManagerBackend(m), Logger: cfg.Logger.With("component", "code"), Now: cfg.Now})
+	cb := code.NewBackend(m, cfg.Logger)
+	c := code.New(code.Config{Backend: cb, Logger: cfg.Logger.With("component", "code"), Now: cfg.Now})
 	s := &Set{
 		Sandboxes: m,
 		Execs:     exec.New(exec.Config{Engine: engine, Sandboxes: m, Quotas: quotas}),
@@ -153,7 +154,7 @@ func New(cfg Config) (*Set, error) {
 	}
 	// Closed in reverse: the code interpreter's kernels before the
 	// sandboxes' agent connections.
-	s.closers = []func(){tmpl.Close, func() { m.Close() }, engine.Close, c.Close}
+	s.closers = []func(){tmpl.Close, func() { m.Close() }, engine.Close, cb.Close, c.Close}
 	return s, nil
 }
 

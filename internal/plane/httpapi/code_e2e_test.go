@@ -42,7 +42,8 @@ func newCodeE2E(t testing.TB) *codeE2E {
 			t.Fatalf("code-interpreter template: %v\n%s", err, progress.String())
 		}
 	}
-	svc := code.New(code.Config{Backend: code.ManagerBackend(e.m), Logger: testLog})
+	be := code.NewBackend(e.svc.Sandboxes, testLog)
+	svc := code.New(code.Config{Backend: be, Logger: testLog})
 	srv := httpapi.New(httpapi.Config{Auth: e.auth,
 		Sandboxes: e.svc.Sandboxes, Execs: e.svc.Execs, Files: e.svc.Files, Networks: e.svc.Networks,
 		Previews: e.svc.Previews, Accounting: e.svc.Accounting, Templates: e.svc.Templates, Logger: testLog, Version: "e2e",
@@ -52,6 +53,7 @@ func newCodeE2E(t testing.TB) *codeE2E {
 		srv.CloseStreams()
 		ts.Close()
 		svc.Close()
+		be.Close()
 	})
 	e.h.url = ts.URL
 	sb := e.h.create("acme", api.CreateSandboxRequest{Template: "code-interpreter", Resources: &api.Resources{MemoryMB: 1024}})
@@ -393,7 +395,9 @@ func TestE2ECodeSecretsAndLeftovers(t *testing.T) {
 		// A second service on the same manager (as after a daemon restart)
 		// kills the first one's kernels before starting its own.
 		c.code(t, api.CodeRequest{Code: "y = 1"})
-		svc2 := code.New(code.Config{Backend: code.ManagerBackend(c.m), Logger: testLog})
+		be2 := code.NewBackend(c.svc.Sandboxes, testLog)
+		defer be2.Close()
+		svc2 := code.New(code.Config{Backend: be2, Logger: testLog})
 		defer svc2.Close()
 		var got []api.CodeEvent
 		err := svc2.Run(context.Background(), c.principal(t), c.sb.ID, api.CodeRequest{Code: "2+2"}, func(ev api.CodeEvent) error {

@@ -5,7 +5,7 @@
 // for javascript, a bash process for bash. Each kernel is driven by a bridge
 // process (bridge.py, bridge.js) that takes JSON-line requests on its stdin
 // and writes JSON-line events to a FIFO the daemon reads through the agent
-// (see manager.CodeProcess). Everything the bridge writes is the sandbox's,
+// (see backend.go). Everything the bridge writes is the sandbox's,
 // hence untrusted: lines are size-bounded and parsed strictly, and only
 // known fields of known event types reach the client.
 //
@@ -66,7 +66,7 @@ const (
 	interruptRepeat = time.Second
 )
 
-// Process is a started bridge (manager.CodeProcess implements it).
+// Process is a started bridge (SandboxBackend's Start returns one).
 type Process interface {
 	// Events is the bridge's event stream; it ends when the bridge exits.
 	Events() io.Reader
@@ -85,11 +85,11 @@ type Process interface {
 	TextStream() *redact.TextStream
 }
 
-// Backend is what the service needs of the sandbox manager; ManagerBackend
-// adapts a *manager.Manager.
+// Backend is what the service needs of the sandboxes (SandboxBackend is
+// the real one).
 type Backend interface {
 	// Start starts a bridge in running sandbox id, checking that p may use it.
-	Start(ctx context.Context, p auth.Principal, id string, spec sandbox.CodeProcessSpec) (Process, error)
+	Start(ctx context.Context, p auth.Principal, id string, spec ProcessSpec) (Process, error)
 	// Gone checks that p may use running sandbox id and returns a channel
 	// closed when the sandbox stops being live.
 	Gone(ctx context.Context, p auth.Principal, id string) (<-chan struct{}, error)
@@ -98,31 +98,6 @@ type Backend interface {
 	// Reset kills the code processes left in sandbox id by an earlier
 	// daemon; the service calls it once per sandbox, before its first start.
 	Reset(ctx context.Context, p auth.Principal, id string) error
-}
-
-// ManagerBackend returns the Backend of the real sandbox manager.
-func ManagerBackend(m *sandbox.Service) Backend { return mgrBackend{m} }
-
-type mgrBackend struct{ m *sandbox.Service }
-
-func (b mgrBackend) Start(ctx context.Context, p auth.Principal, id string, spec sandbox.CodeProcessSpec) (Process, error) {
-	cp, err := b.m.StartCodeProcess(ctx, p, id, spec)
-	if err != nil {
-		return nil, err
-	}
-	return cp, nil
-}
-
-func (b mgrBackend) Gone(ctx context.Context, p auth.Principal, id string) (<-chan struct{}, error) {
-	return b.m.CodeSandboxGone(ctx, p, id)
-}
-
-func (b mgrBackend) Reset(ctx context.Context, p auth.Principal, id string) error {
-	return b.m.KillCodeProcesses(ctx, p, id)
-}
-
-func (b mgrBackend) Audit(ctx context.Context, p auth.Principal, id string, d api.CodeAuditDetail) {
-	b.m.AuditCode(ctx, p, id, d)
 }
 
 // Config configures a Service.

@@ -58,7 +58,7 @@ type localProc struct {
 	done  chan struct{}
 }
 
-func (b *localBackend) Start(ctx context.Context, p auth.Principal, id string, spec sandbox.CodeProcessSpec) (Process, error) {
+func (b *localBackend) Start(ctx context.Context, p auth.Principal, id string, spec ProcessSpec) (Process, error) {
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir = spec.Cwd
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -76,7 +76,7 @@ func (b *localBackend) Start(ctx context.Context, p auth.Principal, id string, s
 	}
 	lp := &localProc{cmd: cmd, stdin: stdin, done: make(chan struct{})}
 	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != sandbox.CodeReadyLine+"\n" {
+	if err != nil || line != ReadyLine+"\n" {
 		lp.Close(ctx)
 		return nil, &sandbox.PublicError{Msg: "starting kernel: " + line, Err: errdefs.ErrUnavailable}
 	}

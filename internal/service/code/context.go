@@ -19,7 +19,6 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/redact"
-	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
 const (
@@ -123,7 +122,7 @@ func (k *kctx) ensure(ctx context.Context, p auth.Principal) (*proc, error) {
 		argv = append(argv, "node", "-e", bridgeJS, fifo)
 	}
 	start := time.Now()
-	pr, err := k.s.be.Start(ctx, p, k.sandboxID, sandbox.CodeProcessSpec{ID: name, Argv: argv, Cwd: k.cwd, FIFO: fifo})
+	pr, err := k.s.be.Start(ctx, p, k.sandboxID, ProcessSpec{ID: name, Argv: argv, Cwd: k.cwd, FIFO: fifo})
 	if err != nil {
 		return nil, err
 	}

@@ -154,7 +154,7 @@ func (m *Engine) start(ctx context.Context, sb *sandbox.Live, areq agentproto.Ex
 		// not a directory): the caller's mistake, 400. The record says
 		// the exec never ran.
 		cancel()
-		msg := sb.Redactor().Redact(agentText(refused.Message, 200))
+		msg := sb.Redactor().Redact(sandbox.AgentText(refused.Message, 200))
 		end := m.now().UTC()
 		rec.Status, rec.EndedAt, rec.Error, rec.ErrorCode = api.ExecError, &end, msg, api.ExecCodeExecFailed
 		if ferr := m.finishExec(context.WithoutCancel(ctx), sb, rec, nil); ferr != nil {

@@ -208,7 +208,7 @@ func (t *tracker) finish(res agentproto.ExecResult, code string) {
 	}
 	end = end.UTC()
 	rec.EndedAt = &end
-	rec.Error = sb.Redactor().Redact(agentText(res.Error, 500))
+	rec.Error = sb.Redactor().Redact(sandbox.AgentText(res.Error, 500))
 	rec.ErrorCode = code
 	events := encodeEvents(piecesToChunks(t.out.Pieces()))
 	// The result becomes visible at once with done, so that whoever sees
@@ -317,25 +317,4 @@ func effectiveCwd(s string) string {
 		}
 	}
 	return s
-}
-
-// agentText makes a text the agent sent fit for a record or an error
-// message: valid UTF-8 without control characters, at most n bytes. What
-// the agent says is the sandbox's to forge.
-func agentText(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }

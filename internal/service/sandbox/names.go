@@ -10,10 +10,10 @@ import (
 // userRE is what a user name in a request must be.
 var userRE = lazyregexp.New(`^[a-z_][a-z0-9_-]{0,31}$`)
 
-// agentText makes a text the agent sent fit for a record or an error
+// AgentText makes a text the agent sent fit for a record or an error
 // message: valid UTF-8 without control characters, at most n bytes. What
 // the agent says is the sandbox's to forge.
-func agentText(s string, n int) string {
+func AgentText(s string, n int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	s = strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f {

@@ -1,4 +1,4 @@
-package sandbox
+package code
 
 import (
 	"bytes"
@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
+	"log/slog"
 	"path"
 	"strings"
 	"sync"
@@ -20,9 +20,10 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/lazyregexp"
 	"github.com/airlockhq/airlock/internal/redact"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 )
 
-// Code-interpreter processes (see internal/service/code). A context's kernel is
+// Code-interpreter processes. A context's kernel is
 // driven by a long-lived "bridge" process in the sandbox. It is started as
 // an agent exec but not recorded as one (no exec record, no audit event per
 // process, no output kept by the daemon): the cells are audited instead.
@@ -41,21 +42,21 @@ const (
 	// codeStartTimeout bounds a bridge's start (an ipykernel takes about a
 	// second on this host, more under load).
 	codeStartTimeout = 60 * time.Second
-	// CodeReadyLine is what a bridge writes to its stdout once it has
-	// opened its FIFO for writing and its kernel answers.
-	CodeReadyLine = "AIRLOCK-CODE-READY"
+	// ReadyLine is what a bridge writes to its stdout once it has opened
+	// its FIFO for writing and its kernel answers.
+	ReadyLine = "AIRLOCK-CODE-READY"
 )
 
 // codeFIFORE is the shape of a bridge FIFO's path: a fixed directory, so a
 // caller cannot make the daemon open an arbitrary sandbox file.
 var codeFIFORE = lazyregexp.New(`^/tmp/\.airlock-code-[a-z]+/[a-zA-Z0-9_]{1,64}\.fifo$`)
 
-// CodeProcessSpec says how to start a bridge.
-type CodeProcessSpec struct {
+// ProcessSpec says how to start a bridge.
+type ProcessSpec struct {
 	// ID names the process (and its exec in the agent); unique per sandbox.
 	ID string
 	// Argv is the bridge's command. It must create FIFO, open it for
-	// writing, then print CodeReadyLine on stdout.
+	// writing, then print ReadyLine on stdout.
 	Argv []string
 	// Cwd is the working directory (absolute; "" means the user's home).
 	Cwd string
@@ -65,10 +66,61 @@ type CodeProcessSpec struct {
 	FIFO string
 }
 
-// CodeProcess is a running bridge of a code-interpreter context.
-type CodeProcess struct {
-	m      *Service
-	sb     *Live
+// Sandboxes is what the code service's backend needs of the sandbox
+// lifecycle.
+type Sandboxes interface {
+	// Running returns sandbox id if p may see it and it is running.
+	Running(ctx context.Context, p auth.Principal, id string) (*sandbox.Live, error)
+	// Lookup returns live sandbox id, nil if it is not live.
+	Lookup(id string) *sandbox.Live
+}
+
+// SandboxBackend is the Backend of the code service on the sandbox
+// lifecycle: bridges are agent execs of running sandboxes. Close it after
+// the Service.
+type SandboxBackend struct {
+	sandboxes Sandboxes
+	log       *slog.Logger
+	ctx       context.Context // the processes' lifetime; cancelled by Close
+	cancel    context.CancelFunc
+	shutdown  chan struct{}
+	wg        sync.WaitGroup
+	closed    sync.Once
+}
+
+// NewBackend returns the SandboxBackend on sandboxes.
+func NewBackend(sandboxes Sandboxes, log *slog.Logger) *SandboxBackend {
+	if log == nil {
+		log = slog.Default()
+	}
+	b := &SandboxBackend{sandboxes: sandboxes, log: log.With("component", "code"), shutdown: make(chan struct{})}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b
+}
+
+// Close ends the streams of the bridges (their kernels keep running until
+// the next code service kills them) and waits for their goroutines.
+func (m *SandboxBackend) Close() {
+	m.closed.Do(func() {
+		close(m.shutdown)
+		m.cancel()
+		m.wg.Wait()
+	})
+}
+
+// goBackground runs fn as tracked background work.
+func (m *SandboxBackend) goBackground(fn func()) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		fn()
+	}()
+}
+
+// codeProcess is a running bridge of a code-interpreter context.
+type codeProcess struct {
+	m      *SandboxBackend
+	sb     *sandbox.Live
 	id     string
 	c      *agentclient.Client
 	events io.Reader
@@ -78,31 +130,28 @@ type CodeProcess struct {
 	doneOnce sync.Once
 }
 
-// StartCodeProcess starts a bridge in running sandbox id as the sandbox's
-// default user and returns once it is ready. A bridge that fails to start
-// returns an errdefs.ErrUnavailable error whose message holds the start of
-// its stderr.
-func (m *Service) StartCodeProcess(ctx context.Context, p auth.Principal, id string, spec CodeProcessSpec) (*CodeProcess, error) {
+// Start starts a bridge in running sandbox id as the sandbox's default
+// user and returns once it is ready (Backend). A bridge that fails to
+// start returns an errdefs.ErrUnavailable error whose message holds the
+// start of its stderr.
+func (m *SandboxBackend) Start(ctx context.Context, p auth.Principal, id string, spec ProcessSpec) (Process, error) {
 	if !codeFIFORE.MatchString(spec.FIFO) || len(spec.Argv) == 0 {
 		return nil, fmt.Errorf("code process: bad spec: %w", errdefs.ErrInvalidArgument)
 	}
 	if spec.Cwd != "" && !path.IsAbs(spec.Cwd) {
-		return nil, public(errInvalid, "cwd must be an absolute path")
+		return nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "cwd must be an absolute path")
 	}
-	sb, err := m.Running(ctx, p, id)
+	sb, err := m.sandboxes.Running(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
-	c, err := sb.agent(ctx)
+	c, err := sb.Agent(ctx)
 	if err != nil {
 		return nil, err
 	}
-	env := make(map[string]string, len(sb.env)+len(sb.secrets)+len(spec.Env))
-	maps.Copy(env, sb.env)
-	maps.Copy(env, sb.secrets)
-	maps.Copy(env, spec.Env)
+	env := sb.Env(spec.Env)
 	// As the template's USER in its WORKDIR, like an exec naming neither.
-	user, cwd := sb.execDefaults("", spec.Cwd)
+	user, cwd := sb.ExecDefaults("", spec.Cwd)
 	areq := agentproto.ExecRequest{
 		ID: codeExecPrefix + spec.ID, Argv: spec.Argv, Cwd: cwd, Env: env, User: user,
 		StdinOpen: true, MaxOutputBytes: codeLogBytes,
@@ -118,16 +167,16 @@ func (m *Service) StartCodeProcess(ctx context.Context, p auth.Principal, id str
 		if errdefs.IsInvalidArgument(err) && errors.As(err, &refused) {
 			// A cwd that is not a directory (or a template USER the
 			// sandbox lacks): the request's to change, not a kernel fault.
-			return nil, public(errInvalid, "%s", sb.red.Redact(agentText(refused.Message, 200)))
+			return nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "%s", sb.Redactor().Redact(sandbox.AgentText(refused.Message, 200)))
 		}
 		return nil, fmt.Errorf("starting code process: %w", err)
 	}
-	cp := &CodeProcess{m: m, sb: sb, id: areq.ID, c: c, cancel: cancel, done: make(chan struct{})}
+	cp := &codeProcess{m: m, sb: sb, id: areq.ID, c: c, cancel: cancel, done: make(chan struct{})}
 	ready := make(chan error, 1)
 	m.goBackground(func() { cp.follow(st, ready) })
 	m.goBackground(func() {
 		select {
-		case <-sb.gone:
+		case <-sb.Gone():
 		case <-m.shutdown:
 		case <-cp.done:
 		}
@@ -159,7 +208,7 @@ func (m *Service) StartCodeProcess(ctx context.Context, p auth.Principal, id str
 // follow reads the bridge exec's own output: it waits for the ready line,
 // reports a failed start with the start of stderr, and marks the process
 // done when the exec ends.
-func (cp *CodeProcess) follow(st *agentclient.Stream, ready chan<- error) {
+func (cp *codeProcess) follow(st *agentclient.Stream, ready chan<- error) {
 	defer cp.finish()
 	defer st.Close()
 	var out, errOut bytes.Buffer
@@ -190,7 +239,7 @@ func (cp *CodeProcess) follow(st *agentclient.Stream, ready chan<- error) {
 				out.Reset()
 				out.Write(tail)
 			}
-			if bytes.Contains(out.Bytes(), []byte(CodeReadyLine+"\n")) {
+			if bytes.Contains(out.Bytes(), []byte(ReadyLine+"\n")) {
 				readySent = true
 				ready <- nil
 			}
@@ -201,7 +250,7 @@ func (cp *CodeProcess) follow(st *agentclient.Stream, ready chan<- error) {
 		}
 	}
 	if !readySent {
-		ready <- kernelStartError(exit, errOut.String(), cp.sb.red.Redact)
+		ready <- kernelStartError(exit, errOut.String(), cp.sb.Redactor().Redact)
 	}
 }
 
@@ -219,13 +268,13 @@ func kernelStartError(res *agentproto.ExecResult, stderr string, redact func(str
 	switch {
 	case res != nil && strings.HasPrefix(res.Error, "cwd "):
 		// It never ran: the context's cwd is missing or not a directory.
-		return public(errInvalid, "starting kernel: %s", redact(msg))
+		return errdefs.Publicf(errdefs.ErrInvalidArgument, "starting kernel: %s", redact(msg))
 	case (res != nil && res.ExitCode == 127) || missingKernel.MatchString(msg):
-		return public(errdefs.ErrTemplateUnsupported, "the sandbox's template has no kernel for this language (%s): use the code-interpreter template or one that installs it", redact(msg))
+		return errdefs.Publicf(errdefs.ErrTemplateUnsupported, "the sandbox's template has no kernel for this language (%s): use the code-interpreter template or one that installs it", redact(msg))
 	case msg == "":
 		msg = "kernel exited at start"
 	}
-	return public(errdefs.ErrUnavailable, "starting kernel: %s", redact(msg))
+	return errdefs.Publicf(errdefs.ErrUnavailable, "starting kernel: %s", redact(msg))
 }
 
 // lastLine returns the last non-empty line of s (a Python traceback's
@@ -239,23 +288,23 @@ func lastLine(s string) string {
 	return string(bytes.ToValidUTF8([]byte(l), nil))
 }
 
-func (cp *CodeProcess) finish() {
+func (cp *codeProcess) finish() {
 	cp.doneOnce.Do(func() { close(cp.done) })
 }
 
 // ID is the process's id as given in its spec, with the exec prefix.
-func (cp *CodeProcess) ID() string { return cp.id }
+func (cp *codeProcess) ID() string { return cp.id }
 
 // Events is the bridge's event stream (the FIFO). It ends (io.EOF or an
 // error) when the bridge exits. Its content is the sandbox's: untrusted.
-func (cp *CodeProcess) Events() io.Reader { return cp.events }
+func (cp *codeProcess) Events() io.Reader { return cp.events }
 
 // Done is closed when the bridge exec ended, the sandbox stopped being
 // live, or the process was closed.
-func (cp *CodeProcess) Done() <-chan struct{} { return cp.done }
+func (cp *codeProcess) Done() <-chan struct{} { return cp.done }
 
 // Send writes p to the bridge's stdin.
-func (cp *CodeProcess) Send(ctx context.Context, p []byte) error {
+func (cp *codeProcess) Send(ctx context.Context, p []byte) error {
 	if err := cp.c.WriteStdin(ctx, cp.id, p); err != nil {
 		return fmt.Errorf("writing to kernel: %w", err)
 	}
@@ -264,18 +313,18 @@ func (cp *CodeProcess) Send(ctx context.Context, p []byte) error {
 
 // Interrupt sends SIGINT to the bridge's process tree: the kernel stops
 // the running cell (the bridges ignore the signal themselves).
-func (cp *CodeProcess) Interrupt(ctx context.Context) error {
+func (cp *codeProcess) Interrupt(ctx context.Context) error {
 	return cp.c.Signal(ctx, cp.id, "SIGINT")
 }
 
 // Close kills the bridge and its kernel and releases the streams.
-func (cp *CodeProcess) Close(ctx context.Context) {
+func (cp *codeProcess) Close(ctx context.Context) {
 	select {
 	case <-cp.done:
 	default:
 		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if err := cp.c.Signal(kctx, cp.id, "SIGKILL"); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			cp.m.log.Debug("killing code process", "sandbox_id", cp.sb.id, "exec_id", cp.id, "err", err)
+			cp.m.log.Debug("killing code process", "sandbox_id", cp.sb.ID(), "exec_id", cp.id, "err", err)
 		}
 		cancel()
 	}
@@ -286,17 +335,14 @@ func (cp *CodeProcess) Close(ctx context.Context) {
 }
 
 // Redact masks the sandbox's secret values in s (as exec output is).
-func (cp *CodeProcess) Redact(s string) string {
-	if cp.sb.red.Empty() {
-		return s
-	}
-	return cp.sb.red.Redact(s)
+func (cp *codeProcess) Redact(s string) string {
+	return cp.sb.Redactor().Redact(s)
 }
 
 // TextStream returns a redactor of one ordered text stream of the
 // kernel's (a cell's stdout or stderr): a secret is masked in it however
 // its pieces are spread over events and time.
-func (cp *CodeProcess) TextStream() *redact.TextStream { return cp.sb.red.TextStream() }
+func (cp *codeProcess) TextStream() *redact.TextStream { return cp.sb.Redactor().TextStream() }
 
 // closingReader releases its stream when a read ends it, in the reading
 // goroutine: a download stream may not be closed while another goroutine
@@ -318,30 +364,29 @@ func (c *closingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// CodeSandboxGone returns a channel closed when sandbox id stops being
-// live, so that a code service can drop its contexts.
-func (m *Service) CodeSandboxGone(ctx context.Context, p auth.Principal, id string) (<-chan struct{}, error) {
-	sb, err := m.Running(ctx, p, id)
+// Gone returns a channel closed when sandbox id stops being live, so that
+// the code service can drop its contexts (Backend).
+func (m *SandboxBackend) Gone(ctx context.Context, p auth.Principal, id string) (<-chan struct{}, error) {
+	sb, err := m.sandboxes.Running(ctx, p, id)
 	if err != nil {
 		return nil, err
 	}
-	return sb.gone, nil
+	return sb.Gone(), nil
 }
 
 // codeExecPrefix starts the agent exec ids of code processes.
 const codeExecPrefix = "cx_"
 
-// KillCodeProcesses kills every code process still running in sandbox id:
-// those a previous daemon started (contexts live in the daemon's memory,
-// so after a restart their kernels only hold the sandbox's memory). Call
-// it before the first StartCodeProcess of a sandbox, from the one code
-// service of this manager.
-func (m *Service) KillCodeProcesses(ctx context.Context, p auth.Principal, id string) error {
-	sb, err := m.Running(ctx, p, id)
+// Reset kills every code process still running in sandbox id: those a
+// previous daemon started (contexts live in the daemon's memory, so after
+// a restart their kernels only hold the sandbox's memory). The code
+// service calls it before its first Start in a sandbox (Backend).
+func (m *SandboxBackend) Reset(ctx context.Context, p auth.Principal, id string) error {
+	sb, err := m.sandboxes.Running(ctx, p, id)
 	if err != nil {
 		return err
 	}
-	c, err := sb.agent(ctx)
+	c, err := sb.Agent(ctx)
 	if err != nil {
 		return err
 	}
@@ -362,18 +407,16 @@ func (m *Service) KillCodeProcesses(ctx context.Context, p auth.Principal, id st
 // codeAuditMax bounds the cell text kept in an audit event.
 const codeAuditMax = 4 << 10
 
-// AuditCode records a code cell of sandbox id (its text with the sandbox's
-// secrets masked and cut to 4 KiB; never its output).
-func (m *Service) AuditCode(ctx context.Context, p auth.Principal, id string, d api.CodeAuditDetail) {
-	m.mu.Lock()
-	sb := m.live[id]
-	m.mu.Unlock()
-	if sb == nil || !p.CanSee(sb.tenant) {
+// Audit records a code cell of sandbox id (its text with the sandbox's
+// secrets masked and cut to 4 KiB; never its output) (Backend).
+func (m *SandboxBackend) Audit(ctx context.Context, p auth.Principal, id string, d api.CodeAuditDetail) {
+	sb := m.sandboxes.Lookup(id)
+	if sb == nil || !p.CanSee(sb.Tenant()) {
 		return
 	}
 	d.CodeBytes = len(d.Code)
 	// Mask before cutting: a cut could split a secret past recognition.
-	d.Code = sb.red.Redact(d.Code)
+	d.Code = sb.Redactor().Redact(d.Code)
 	if len(d.Code) > codeAuditMax {
 		cut := codeAuditMax
 		for cut > 0 && !utf8.RuneStart(d.Code[cut]) {
@@ -381,5 +424,5 @@ func (m *Service) AuditCode(ctx context.Context, p auth.Principal, id string, d 
 		}
 		d.Code = d.Code[:cut]
 	}
-	m.recordEvent(ctx, sb, api.AuditCode, d)
+	sb.Audit(ctx, api.AuditCode, d)
 }

@@ -1,4 +1,4 @@
-package sandbox
+package code
 
 import (
 	"errors"
@@ -46,7 +46,7 @@ func TestKernelStartError(t *testing.T) {
 			if (tt.want == errdefs.ErrUnavailable) != errors.Is(err, errdefs.ErrUnavailable) {
 				t.Fatalf("%v: retryable %v, want %v", err, errors.Is(err, errdefs.ErrUnavailable), tt.want == errdefs.ErrUnavailable)
 			}
-			var pe *PublicError
+			var pe *errdefs.Public
 			if !errors.As(err, &pe) || !strings.Contains(pe.Msg, tt.msg) {
 				t.Fatalf("message of %v lacks %q", err, tt.msg)
 			}
