@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"net/http"
 	"os"
 	"strconv"
@@ -69,14 +68,11 @@ func TestE2ERuncAgentUnavailable(t *testing.T) {
 	h := e.h
 	sb := h.create("acme", api.CreateSandboxRequest{})
 	running := h.startAsync("acme", sb.ID, api.ExecRequest{Cmd: []string{"sleep", "120"}})
-	st, err := e.drv.Inspect(context.Background(), sb.ID)
-	if err != nil || st.Pid <= 0 {
-		t.Fatalf("inspect: %+v %v", st, err)
-	}
+	pid := e.initPid(sb.ID)
 	// The agent is the sandbox's init: this test's own sandbox's, found by
 	// its host pid and held by a pidfd, so that no signal can reach another
 	// process if the pid were reused.
-	pidfd, err := unix.PidfdOpen(st.Pid, 0)
+	pidfd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,8 +88,8 @@ func TestE2ERuncAgentUnavailable(t *testing.T) {
 	if err := unix.PidfdSendSignal(pidfd, unix.SIGSTOP, nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the agent to stop", func() bool { return procState(st.Pid) == "T" })
-	if n := severAgentConns(t, st.Pid); n == 0 {
+	eventually(t, "the agent to stop", func() bool { return procState(pid) == "T" })
+	if n := severAgentConns(t, pid); n == 0 {
 		t.Fatal("found no connection of the daemon to the agent")
 	}
 
@@ -141,7 +137,7 @@ func TestE2ERuncAgentUnavailable(t *testing.T) {
 			t.Fatalf("sandbox whose agent is gone: %+v (error %+v)", got, got.Error)
 		}
 		eventually(t, "the sandbox's init to be gone", func() bool {
-			s := procState(st.Pid)
+			s := procState(pid)
 			return s == "" || unix.PidfdSendSignal(pidfd, 0, nil, 0) != nil
 		})
 		// Later requests see a stopped sandbox, not a platform fault.

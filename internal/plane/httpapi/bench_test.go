@@ -61,14 +61,14 @@ func BenchmarkExecEchoAPIMetered(b *testing.B) {
 // BenchmarkExecEchoRuncUnmetered and BenchmarkExecEchoRuncMetered are the
 // same pair through a real runc sandbox (root only).
 func BenchmarkExecEchoRuncUnmetered(b *testing.B) {
-	e := newE2E(b, e2eUnmetered)
+	e := newBenchStack(b, stackUnmetered)
 	sb := e.h.create("acme", api.CreateSandboxRequest{})
 	benchExec(b, e.h, sb.ID)
 }
 
 // BenchmarkExecEchoRuncMetered: see BenchmarkExecEchoRuncUnmetered.
 func BenchmarkExecEchoRuncMetered(b *testing.B) {
-	e := newE2E(b, e2eSampleEvery(time.Second))
+	e := newBenchStack(b, stackSampleEvery(time.Second))
 	sb := e.h.create("acme", api.CreateSandboxRequest{})
 	benchExec(b, e.h, sb.ID)
 }
@@ -81,8 +81,8 @@ func BenchmarkExecEchoRuncMetered(b *testing.B) {
 // load. It reports the p50 of each and their ratio (metered/unmetered;
 // the target is at most 1.05). make bench runs it and writes the row.
 func BenchmarkExecMeteringOverhead(b *testing.B) {
-	un := newE2E(b, e2eUnmetered)
-	me := newE2E(b, e2eSampleEvery(time.Second))
+	un := newBenchStack(b, stackUnmetered)
+	me := newBenchStack(b, stackSampleEvery(time.Second))
 	sbUn := un.h.create("acme", api.CreateSandboxRequest{})
 	sbMe := me.h.create("acme", api.CreateSandboxRequest{})
 	req := api.ExecRequest{Cmd: []string{"echo", "hi"}}
@@ -134,7 +134,7 @@ func median(d []time.Duration) time.Duration {
 
 // BenchmarkExecEchoRunc: the same through a real runc sandbox (root only).
 func BenchmarkExecEchoRunc(b *testing.B) {
-	e := newE2E(b)
+	e := newBenchStack(b)
 	sb := e.h.create("acme", api.CreateSandboxRequest{})
 	benchExec(b, e.h, sb.ID)
 }

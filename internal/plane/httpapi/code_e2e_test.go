@@ -8,14 +8,12 @@ import (
 	"encoding/json"
 	"image/png"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/bench"
 	"github.com/airlockhq/airlock/internal/plane/httpapi"
 	"github.com/airlockhq/airlock/internal/service/code"
@@ -32,30 +30,9 @@ type codeE2E struct {
 
 func newCodeE2E(t testing.TB) *codeE2E {
 	t.Helper()
-	e := newE2E(t)
-	if _, _, ok := e.tmpl.Current("code-interpreter"); !ok {
-		// Built once per machine (a few minutes: ipykernel, pandas, node…).
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-		defer cancel()
-		var progress strings.Builder
-		if _, _, err := e.tmpl.EnsureShipped(ctx, "code-interpreter", &progress); err != nil {
-			t.Fatalf("code-interpreter template: %v\n%s", err, progress.String())
-		}
-	}
-	be := code.NewBackend(e.svc.Sandboxes, testLog)
-	svc := code.New(code.Config{Backend: be, Logger: testLog})
-	srv := httpapi.New(httpapi.Config{Auth: e.auth,
-		Sandboxes: e.svc.Sandboxes, Execs: e.svc.Execs, Files: e.svc.Files, Networks: e.svc.Networks,
-		Previews: e.svc.Previews, Accounting: e.svc.Accounting, Templates: e.svc.Templates, Logger: testLog, Version: "e2e",
-		MaxUploadBytes: 64 << 20, Audit: e.rec, Code: svc})
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		srv.CloseStreams()
-		ts.Close()
-		svc.Close()
-		be.Close()
-	})
-	e.h.url = ts.URL
+	// The code-interpreter template is built once per machine (a few
+	// minutes: ipykernel, pandas, node…).
+	e := newE2E(t, e2eTemplates("code-interpreter"))
 	sb := e.h.create("acme", api.CreateSandboxRequest{Template: "code-interpreter", Resources: &api.Resources{MemoryMB: 1024}})
 	return &codeE2E{e2e: e, sb: sb}
 }
@@ -391,34 +368,28 @@ func TestE2ECodeSecretsAndLeftovers(t *testing.T) {
 			t.Fatalf("%d code audit events, want 2", n)
 		}
 	})
-	t.Run("leftovers-of-another-service", func(t *testing.T) {
-		// A second service on the same manager (as after a daemon restart)
-		// kills the first one's kernels before starting its own.
-		c.code(t, api.CodeRequest{Code: "y = 1"})
-		be2 := code.NewBackend(c.svc.Sandboxes, testLog)
-		defer be2.Close()
-		svc2 := code.New(code.Config{Backend: be2, Logger: testLog})
-		defer svc2.Close()
-		var got []api.CodeEvent
-		err := svc2.Run(context.Background(), c.principal(t), c.sb.ID, api.CodeRequest{Code: "2+2"}, func(ev api.CodeEvent) error {
-			got = append(got, ev)
-			return nil
-		})
-		if r := mainResult(got); err != nil || r == nil || r.Text != "4" {
-			t.Fatalf("second service: %v %+v", err, got)
+	t.Run("leftovers-of-an-earlier-daemon", func(t *testing.T) {
+		// Contexts live in the daemon's memory: after a restart, the code
+		// service kills the kernels the last daemon left before it starts
+		// its own.
+		pid := mainResult(c.code(t, api.CodeRequest{Code: "import os\nos.getpid()"}))
+		if pid == nil || pid.Text == "" {
+			t.Fatalf("kernel pid: %+v", pid)
 		}
-		// Either the cell finds the kernel dead (and says so) or it meets
-		// the death while it runs.
-		evs := c.code(t, api.CodeRequest{Code: "y"})
-		errs := evOf(evs, api.CodeEventError)
-		said := len(evOf(evs, api.CodeEventStderr)) == 1 && strings.Contains(evOf(evs, api.CodeEventStderr)[0].Text, "died")
-		if len(errs) != 1 || !(errs[0].Name == api.CodeErrorKernelDied || said && errs[0].Name == "NameError") {
-			t.Fatalf("first service's kernel was not killed: %+v", evs)
+		alive := func() string {
+			res := h.exec("acme", c.sb.ID, api.ExecRequest{Shell: sh("kill -0 " + pid.Text + " 2>/dev/null && echo alive || echo gone")})
+			return strings.TrimSpace(strp(res.Stdout))
 		}
+		if got := alive(); got != "alive" {
+			t.Fatalf("the kernel before the restart: %s", got)
+		}
+		c.stop()
+		c.start()
+		if r := mainResult(c.code(t, api.CodeRequest{Code: "2+2"})); r == nil || r.Text != "4" {
+			t.Fatalf("first cell after the restart: %+v", r)
+		}
+		// Killed before the new kernel started; reaped by the agent a
+		// moment later.
+		eventually(t, "the last daemon's kernel to be gone", func() bool { return alive() == "gone" })
 	})
-}
-
-// principal is the acme tenant's principal.
-func (c *codeE2E) principal(t testing.TB) auth.Principal {
-	return auth.Principal{Tenant: "acme"}
 }

@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"net/http"
 	"syscall"
 	"testing"
@@ -92,13 +91,10 @@ func TestE2ERuncErrorsApart(t *testing.T) {
 	t.Run("sandbox_crashed", func(t *testing.T) {
 		victim := h.create("acme", api.CreateSandboxRequest{})
 		eid := h.startAsync("acme", victim.ID, api.ExecRequest{Cmd: []string{"sleep", "60"}})
-		st, err := e.drv.Inspect(context.Background(), victim.ID)
-		if err != nil || st.Pid <= 0 {
-			t.Fatalf("inspect: %+v %v", st, err)
-		}
+		pid := e.initPid(victim.ID)
 		// The sandbox's init (its agent), found by host pid: a process this
 		// test made through the daemon, killed by pid.
-		if err := syscall.Kill(st.Pid, syscall.SIGKILL); err != nil {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		res := h.waitExec("acme", victim.ID, eid)

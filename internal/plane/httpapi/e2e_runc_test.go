@@ -1,244 +1,151 @@
 package httpapi_test
 
 import (
-	"context"
+	"encoding/json"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/audit"
-	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/driver"
-	"github.com/airlockhq/airlock/internal/driver/runc"
-	"github.com/airlockhq/airlock/internal/hostcheck"
-	"github.com/airlockhq/airlock/internal/hostslot"
+	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/network"
-	"github.com/airlockhq/airlock/internal/plane/httpapi"
-	"github.com/airlockhq/airlock/internal/plane/preview"
-	"github.com/airlockhq/airlock/internal/service"
-	"github.com/airlockhq/airlock/internal/service/netpolicy"
-	"github.com/airlockhq/airlock/internal/service/sandbox"
-	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/template"
-	"github.com/airlockhq/airlock/internal/testutil"
+	"github.com/airlockhq/airlock/internal/testutil/daemontest"
 )
 
 // The end-to-end tests run the real stack as root: runc driver, storage,
 // the base template and the agent binary, behind the real HTTP server.
 
-// buildAgent is the static airlock-agent the e2e sandboxes run.
-func buildAgent(t testing.TB) string { return testutil.BuildAgent(t) }
+// The end-to-end tests drive the real daemon (internal/testutil/daemontest:
+// daemon.Run as `airlock serve` runs it, root, the runc driver, the base
+// template and the agent binary) through its HTTP API; e2e is a thin
+// wrapper over the harness with this package's request helpers.
 
-// e2e is the real stack on a temp data dir.
+// e2e is one daemon for a test.
 type e2e struct {
-	t       testing.TB
+	t   testing.TB
+	env *daemontest.Env
+	h   *harness // request helpers bound to the daemon
+	// dataDir is the daemon's data dir.
 	dataDir string
-	tmpl    *template.Store
-	st      *store.Store
-	auth    *auth.Authenticator
-	drv     *runc.Driver
-	m       *sandbox.Service
-	svc     *service.Set
-	srv     *httpapi.Server
-	ts      *httptest.Server
-	h       *harness // request helpers bound to ts
-	rec     *audit.Recorder
-	// world, when set, gives sandboxes networking whose host side lives
-	// in the world's host namespace (nm, made by start).
-	world *world
-	nm    *network.Manager
-	// unmetered runs without the audit trail, the Prometheus observer
-	// and sampling (the overhead benchmark's baseline); sampleEvery
-	// overrides the sample interval.
-	unmetered   bool
-	sampleEvery time.Duration
-	metrics     *httpapi.Metrics
-	// slot names the host-wide resources of the test's driver.
-	slot hostslot.Names
-	// previews, when set, serves the manager's previews on a listener of
-	// 127.0.0.1 that every start makes before the manager (as the
-	// daemon does), at previewAddr.
-	previews    bool
+	// previewAddr is where the daemon's preview listener listens (with
+	// e2ePreviews), the same across restarts.
 	previewAddr string
-	previewStop func()
 }
 
-// e2ePreviews serves previews (see e2e.previews).
-func e2ePreviews(e *e2e) { e.previews = true }
+// e2eOptions adjust the daemon of newE2E.
+type e2eOptions struct {
+	// world, when set, gives sandboxes networking whose host side lives in
+	// the world's host namespace; without it the daemon runs without
+	// sandbox networking.
+	world *world
+	// previews serves previews on a port of 127.0.0.1.
+	previews bool
+	// templates are shipped templates the test needs besides base.
+	templates []string
+}
 
-// e2eUnmetered: see e2e.unmetered.
-func e2eUnmetered(e *e2e) { e.unmetered, e.sampleEvery = true, time.Hour }
+// e2ePreviews serves previews (see e2e.previewAddr).
+func e2ePreviews(o *e2eOptions) { o.previews = true }
 
-// e2eSampleEvery samples every sandbox each d.
-func e2eSampleEvery(d time.Duration) func(*e2e) { return func(e *e2e) { e.sampleEvery = d } }
+// e2eWorld gives sandboxes the network of w.
+func e2eWorld(w *world) func(*e2eOptions) { return func(o *e2eOptions) { o.world = w } }
 
-func newE2E(t testing.TB, opts ...func(*e2e)) *e2e {
+// e2eTemplates builds the shipped templates names into the cache first.
+func e2eTemplates(names ...string) func(*e2eOptions) {
+	return func(o *e2eOptions) { o.templates = append(o.templates, names...) }
+}
+
+func newE2E(t testing.TB, opts ...func(*e2eOptions)) *e2e {
 	t.Helper()
-	testutil.RequiresRoot(t)
-	testutil.RequiresBinary(t, "runc")
-	tmpl := template.NewStore(filepath.Join(testutil.DataDir(), "templates"))
-	if _, err := tmpl.Get("base", 0); err != nil {
-		// Build it once per machine (about half a minute).
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-		defer cancel()
-		var progress strings.Builder
-		if _, err := tmpl.EnsureBase(ctx, &progress); err != nil {
-			t.Fatalf("base template: %v\n%s", err, progress.String())
+	var o e2eOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	e := &e2e{t: t}
+	do := daemon.Options{NoNetwork: o.world == nil}
+	if w := o.world; w != nil {
+		do.Network = func(c *network.Config) {
+			wc := w.netConfig(c.StateDir)
+			c.HostNetNS, c.Upstream, c.Registries = wc.HostNetNS, wc.Upstream, wc.Registries
+			c.APIPorts = append(c.APIPorts, wc.APIPorts...)
 		}
 	}
-	dataDir, err := os.MkdirTemp("", "airlock-server-e2e-")
-	if err != nil {
-		t.Fatal(err)
+	if o.previews {
+		e.previewAddr = freeAddr(t)
 	}
-	os.Chmod(dataDir, 0o711) // sandbox uids must search it
-	// A host slot of its own: its cgroups and uid ranges are never those
-	// of a daemon serving on this host, nor of another test's.
-	slot, err := hostslot.Acquire(dataDir, hostslot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(slot.Release) // after the cleanup below, which runs first
-	e := &e2e{t: t, dataDir: dataDir, tmpl: tmpl, slot: slot.Names}
-	for _, o := range opts {
-		o(e)
-	}
-	st, err := store.Open(context.Background(), filepath.Join(dataDir, "airlock.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.st, e.auth = st, auth.New(st)
-	if !e.unmetered {
-		if e.rec, err = audit.New(audit.Config{Sink: st, Logger: testLog}); err != nil {
-			t.Fatal(err)
-		}
-		e.metrics = httpapi.NewMetrics(nil)
-	}
-	e.start()
-	// After the driver and the network made their own directories: from
-	// here on, nothing new may stay behind (mounts, loop devices, cgroups,
-	// processes, files of sandboxes and their networks).
-	snap := hostcheck.Take(t, filepath.Join(dataDir, "sandboxes"), filepath.Join(dataDir, "network"))
-	t.Cleanup(func() {
-		ctx := context.Background()
-		// Delete what the test left, then nothing may remain on the host.
-		recs, _ := e.st.SandboxesInStates(ctx, api.StateStarting, api.StateRunning, api.StatePaused, api.StateStopping)
-		for _, r := range recs {
-			e.m.Delete(ctx, auth.Principal{Admin: true}, r.ID)
-		}
-		e.stop()
-		snap.AssertNoLeaks(t)
-		e.rec.Close()
-		st.Close()
-		os.RemoveAll(dataDir)
+	e.env = daemontest.Start(t, daemontest.Options{
+		Prefix: "airlock-server-e2e-", Templates: o.templates, Daemon: do,
+		Configure: func(c *config.Config) {
+			c.PreviewListen = e.previewAddr
+		},
 	})
+	e.dataDir = e.env.DataDir()
+	e.h = &harness{t: t, keys: map[string]string{}, admin: e.env.AdminKey(),
+		keyFn: func(tenant string) string { return e.env.Key(t, tenant) }}
+	e.h.url = e.env.URL()
 	return e
 }
 
+// stop shuts the daemon down; sandboxes keep running.
+func (e *e2e) stop() {
+	e.t.Helper()
+	if err := e.env.Stop(); err != nil {
+		e.t.Fatalf("daemon stop: %v", err)
+	}
+}
+
+// start starts a daemon again on the same data dir (it re-adopts every
+// running sandbox).
 func (e *e2e) start() {
 	e.t.Helper()
-	drv, err := runc.New(runc.Config{DataDir: e.dataDir, AgentPath: buildAgent(e.t), Logger: testLog,
-		CgroupParent: e.slot.CgroupParent, UIDRangeStart: e.slot.RuncUIDStart, MaxSandboxes: hostslot.UIDRanges})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if h := drv.Probe(context.Background()); h.State != driver.HealthHealthy {
-		drv.Close()
-		testutil.HostLacks(e.t, "runc driver not usable here: %s", h.Description)
-	}
-	s := config.Default()
-	s.DataDir = e.dataDir
-	var pln net.Listener
-	if e.previews {
-		if pln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			drv.Close()
-			e.t.Fatal(err)
-		}
-		// The manager hands out URLs of the listener as bound.
-		s.PreviewListen = pln.Addr().String()
-	}
-	var regs map[string][]string
-	var ncfg network.Config
-	if e.world != nil {
-		ncfg = e.world.netConfig(filepath.Join(e.dataDir, "network"))
-		regs = network.DefaultRegistries(ncfg.Registries)
-	}
-	// The network's events go to the attribution, made first (as the
-	// daemon does), which the manager is given too.
-	attr := netpolicy.NewAttribution(netpolicy.AttributionConfig{Audit: e.rec, Registries: regs, Logger: testLog})
-	if e.world != nil {
-		ncfg.Audit = attr.NetworkEvent
-		nm, err := network.New(ncfg)
-		if err != nil {
-			drv.Close()
-			e.t.Fatal(err)
-		}
-		e.nm = nm
-	}
-	var obs service.Observer
-	if e.metrics != nil {
-		obs = e.metrics
-	}
-	svc, err := service.New(service.Config{Settings: s, Store: e.st, Drivers: []driver.Driver{drv}, Templates: e.tmpl,
-		Logger: testLog, TickInterval: 50 * time.Millisecond, SweepInterval: time.Second,
-		Audit: e.rec, Attribution: attr, Network: sandbox.NetworkOf(e.nm), Registries: regs,
-		Observer: obs, SampleInterval: e.sampleEvery})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := svc.Start(context.Background()); err != nil {
-		e.t.Fatal(err)
-	}
-	m := svc.Sandboxes
-	e.svc = svc
-	e.drv, e.m = drv, m
-	if pln != nil {
-		ph := preview.New(preview.Config{Backend: svc.Previews.PreviewBackend(), Logger: testLog})
-		psrv := &http.Server{Handler: ph, ReadHeaderTimeout: 5 * time.Second}
-		done := make(chan struct{})
-		go func() { defer close(done); _ = psrv.Serve(pln) }()
-		e.previewAddr, e.previewStop = pln.Addr().String(), func() { psrv.Close(); <-done; ph.Close() }
-	}
-	e.srv = httpapi.New(httpapi.Config{Auth: e.auth,
-		Sandboxes: svc.Sandboxes, Execs: svc.Execs, Files: svc.Files, Networks: svc.Networks,
-		Previews: svc.Previews, Accounting: svc.Accounting, Templates: svc.Templates, Logger: testLog, Version: "e2e", MaxUploadBytes: 64 << 20, Audit: e.rec,
-		Metrics: e.metrics})
-	e.ts = httptest.NewServer(e.srv.Handler())
-	if e.h == nil {
-		e.h = &harness{t: e.t, keys: map[string]string{}, auth: e.auth}
-	}
-	e.h.url, e.h.srv, e.h.svc = e.ts.URL, e.srv, svc
+	e.env.Start()
+	e.h.url = e.env.URL()
 }
 
-func (e *e2e) stop() {
-	if e.ts == nil {
-		return
+// initPid returns the host pid of sandbox id's init (its agent), as runc
+// reports it.
+func (e *e2e) initPid(id string) int {
+	e.t.Helper()
+	out, err := osexec.Command("runc", "--root", filepath.Join(e.dataDir, "runc"), "state", id).Output()
+	if err != nil {
+		e.t.Fatalf("runc state %s: %v", id, err)
 	}
-	e.srv.CloseStreams()
-	e.ts.Close()
-	if e.previewStop != nil {
-		e.previewStop()
-		e.previewStop = nil
+	var st struct {
+		Pid    int    `json:"pid"`
+		Status string `json:"status"`
 	}
-	e.svc.Close()
-	e.drv.Close()
-	if e.nm != nil {
-		// Sandboxes keep their kernel state for the next network.Manager.
-		if err := e.nm.Close(); err != nil {
-			e.t.Errorf("closing the network: %v", err)
-		}
-		e.nm = nil
+	if err := json.Unmarshal(out, &st); err != nil || st.Pid <= 0 {
+		e.t.Fatalf("runc state %s: %s (%v)", id, out, err)
 	}
-	e.ts = nil
+	return st.Pid
 }
 
+// networks lists the sandboxes the daemon's network keeps state of.
+func (e *e2e) networks() []string {
+	ents, _ := os.ReadDir(filepath.Join(e.dataDir, "network", "sandboxes"))
+	var out []string
+	for _, d := range ents {
+		out = append(out, d.Name())
+	}
+	return out
+}
+
+// freeAddr returns a 127.0.0.1 address no one listens on now.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
 func TestE2ERuncCreateExecFilesDelete(t *testing.T) {
 	e := newE2E(t)
 	h := e.h
@@ -310,12 +217,9 @@ func TestE2ERuncRestartSafety(t *testing.T) {
 	keep := h.create("acme", api.CreateSandboxRequest{})
 	dies := h.create("acme", api.CreateSandboxRequest{})
 	h.exec("acme", keep.ID, api.ExecRequest{Shell: sh(`echo state > /home/user/marker`)})
-	st, err := e.drv.Inspect(context.Background(), dies.ID)
-	if err != nil || st.Pid <= 0 {
-		t.Fatalf("inspect: %+v %v", st, err)
-	}
+	pid := e.initPid(dies.ID)
 	e.stop() // the daemon goes away; sandboxes keep running
-	if err := syscall.Kill(st.Pid, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	e.start()

@@ -70,7 +70,9 @@ type harness struct {
 	url      string
 	admin    string
 	keys     map[string]string // tenant → key
-	maxUp    int64
+	// keyFn, when set, makes the keys (a daemon's harness: see e2e).
+	keyFn func(tenant string) string
+	maxUp int64
 	// rec is the audit trail (withAudit); net the sandbox network
 	// (withNetwork) and regs its registry sets.
 	wantAudit bool
@@ -217,6 +219,10 @@ func (h *harness) key(tenant string) string {
 	h.t.Helper()
 	if k, ok := h.keys[tenant]; ok {
 		return k
+	}
+	if h.keyFn != nil {
+		h.keys[tenant] = h.keyFn(tenant)
+		return h.keys[tenant]
 	}
 	c, err := h.auth.CreateKey(context.Background(), tenant, "test", false)
 	if err != nil {

@@ -3,7 +3,6 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,8 +14,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/auth"
-	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // wsEcho is a WebSocket echo server in the Python standard library alone
@@ -107,29 +104,20 @@ for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("12
 		t.Fatalf("servers in the sandbox: %+v %q", res, strp(res.Stderr))
 	}
 
-	// The manager dials the sandbox's loopback; another tenant finds no
-	// sandbox, and a closed port is a clear error.
+	// The daemon dials the sandbox's loopback (service/previews'
+	// DialSandbox): a closed port is a clear error.
 	ctx := context.Background()
-	c, err := e.svc.Previews.DialSandbox(ctx, auth.Principal{Tenant: "acme"}, sb.ID, 8080)
-	if err != nil {
-		t.Fatalf("DialSandbox: %v", err)
-	}
-	fmt.Fprintf(c, "GET / HTTP/1.0\r\n\r\n")
-	got, _ := io.ReadAll(c)
-	c.Close()
-	if !strings.Contains(string(got), "hello from the sandbox") {
-		t.Fatalf("DialSandbox read %q", got)
-	}
-	if _, err := e.svc.Previews.DialSandbox(ctx, auth.Principal{Tenant: "other"}, sb.ID, 8080); !errdefs.IsNotFound(err) {
-		t.Fatalf("another tenant's dial: %v", err)
-	}
-	if _, err := e.svc.Previews.DialSandbox(ctx, auth.Principal{Tenant: "acme"}, sb.ID, 9999); !errors.Is(err, errdefs.ErrUnavailable) {
-		t.Fatalf("closed port: %v", err)
+	var closed api.Preview
+	r := h.req("POST", "/v1/sandboxes/"+sb.ID+"/previews", h.key("acme"), api.PreviewRequest{Port: 9999})
+	h.expect(r, http.StatusOK, "")
+	r.json(t, &closed)
+	if resp, body := previewGet(t, addr, closed.URL, map[string]string{api.PreviewTokenHeader: closed.Token}); resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "nothing answers on port 9999") {
+		t.Fatalf("closed port: %d %q", resp.StatusCode, body)
 	}
 
 	// Expose 8080 privately.
 	var pv api.Preview
-	r := h.req("POST", "/v1/sandboxes/"+sb.ID+"/previews", h.key("acme"), api.PreviewRequest{Port: 8080})
+	r = h.req("POST", "/v1/sandboxes/"+sb.ID+"/previews", h.key("acme"), api.PreviewRequest{Port: 8080})
 	h.expect(r, http.StatusOK, "")
 	r.json(t, &pv)
 	_, lport, _ := net.SplitHostPort(addr)
@@ -231,7 +219,7 @@ for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("12
 // host to its loopback) through that namespace's bind mount.
 func TestE2EPreviewManagedNetwork(t *testing.T) {
 	w := newWorld(t)
-	e := newE2E(t, func(e *e2e) { e.world = w }, e2ePreviews)
+	e := newE2E(t, e2eWorld(w), e2ePreviews)
 	h := e.h
 	addr := e.previewAddr
 	sb := h.create("acme", api.CreateSandboxRequest{Network: &api.Network{Mode: "allowlist", Allow: []string{"allowed.test"}}})

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/store"
 )
 
 // TestSlowSecretE2E: a real runc sandbox prints its secret one byte every
@@ -77,14 +79,20 @@ for ch in os.environ["API_TOKEN"]:
 		r := h.req("GET", base+"/execs/"+eid, key, nil)
 		h.expect(r, http.StatusOK, "")
 		plain(t, "GET exec", string(r.body))
-		// What the store keeps, byte for byte.
+		// What the store keeps, byte for byte (the daemon's store, opened
+		// beside it).
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		st, err := store.Open(ctx, filepath.Join(c.dataDir, "airlock.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
 		var blob []byte
 		for {
-			rec, err := c.st.GetExec(ctx, sb.ID, eid)
+			rec, err := st.GetExec(ctx, sb.ID, eid)
 			if err == nil && rec.EndedAt != nil {
-				if blob, err = c.st.ExecOutput(ctx, eid); err != nil {
+				if blob, err = st.ExecOutput(ctx, eid); err != nil {
 					t.Fatal(err)
 				}
 				break

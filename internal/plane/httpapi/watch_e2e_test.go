@@ -11,27 +11,27 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/auth"
-	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/service/files"
 )
 
-// TestE2ERuncWatch watches directories of a real runc sandbox: the agent's
-// inotify through the manager and through the HTTP route, as the sandbox's
-// users.
+// TestE2ERuncWatch watches directories of a real runc sandbox through the
+// daemon's watch route (the Go SDK's WatchDir): the agent's inotify, as the
+// sandbox's users.
 func TestE2ERuncWatch(t *testing.T) {
 	e := newE2E(t)
 	h := e.h
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	sb := h.create("acme", api.CreateSandboxRequest{})
-	p := auth.Principal{Tenant: "acme"}
+	acme, err := client.New(h.url, h.key("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
 
-	t.Run("Manager", func(t *testing.T) {
+	t.Run("Tree", func(t *testing.T) {
 		if res := h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`mkdir w`)}); res.Status != api.ExecExited || intp(res.ExitCode) != "0" {
 			t.Fatalf("mkdir: %+v", res)
 		}
-		w, err := e.svc.Files.WatchDir(ctx, p, sb.ID, "/home/user/w", "", true)
+		w, err := acme.WatchDir(ctx, sb.ID, "/home/user/w", client.WatchOptions{Recursive: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,20 +40,18 @@ func TestE2ERuncWatch(t *testing.T) {
 		until := func(last string) {
 			t.Helper()
 			for !strings.HasSuffix(strings.Join(got, ","), last) {
-				evs, err := w.Next()
+				ev, err := w.Next()
 				if err != nil {
 					t.Fatalf("Next: %v (got %v)", err, got)
 				}
-				for _, ev := range evs {
-					if ev.Type == files.WatchWrite {
-						continue
-					}
-					s := ev.Type + " " + ev.Path
-					if ev.From != "" {
-						s += "<-" + ev.From
-					}
-					got = append(got, s)
+				if ev.Type == client.WatchWrite {
+					continue
 				}
+				s := ev.Type + " " + ev.Path
+				if ev.From != "" {
+					s += "<-" + ev.From
+				}
+				got = append(got, s)
 			}
 		}
 		run := func(script string) {
@@ -80,13 +78,13 @@ func TestE2ERuncWatch(t *testing.T) {
 
 	t.Run("AsUser", func(t *testing.T) {
 		// /root is root's, 0700: user may not watch it, root may.
-		if w, err := e.svc.Files.WatchDir(ctx, p, sb.ID, "/root", "user", false); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		if w, err := acme.WatchDir(ctx, sb.ID, "/root", client.WatchOptions{User: "user"}); !errors.Is(err, client.ErrPermissionDenied) {
 			if err == nil {
 				w.Close()
 			}
 			t.Fatalf("user watched /root: %v", err)
 		}
-		w, err := e.svc.Files.WatchDir(ctx, p, sb.ID, "/root", "root", false)
+		w, err := acme.WatchDir(ctx, sb.ID, "/root", client.WatchOptions{User: "root"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,12 +92,16 @@ func TestE2ERuncWatch(t *testing.T) {
 		if res := h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`touch /root/mine`), User: "root"}); intp(res.ExitCode) != "0" {
 			t.Fatalf("touch: %+v", res)
 		}
-		evs, err := w.Next()
-		if err != nil || len(evs) == 0 || evs[0].Type != files.WatchCreate || evs[0].Path != "/root/mine" {
-			t.Fatalf("root's watch: %+v, %v", evs, err)
+		ev, err := w.Next()
+		if err != nil || ev.Type != client.WatchCreate || ev.Path != "/root/mine" {
+			t.Fatalf("root's watch: %+v, %v", ev, err)
 		}
 		// Another tenant does not find the sandbox.
-		if _, err := e.svc.Files.WatchDir(ctx, auth.Principal{Tenant: "other"}, sb.ID, "/root", "root", false); !errors.Is(err, errdefs.ErrNotFound) {
+		other, err := client.New(h.url, h.key("other"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.WatchDir(ctx, sb.ID, "/root", client.WatchOptions{User: "root"}); !errors.Is(err, client.ErrNotFound) {
 			t.Fatalf("other tenant: %v", err)
 		}
 	})
