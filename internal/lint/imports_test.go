@@ -18,7 +18,7 @@ const module = "github.com/airlockhq/airlock/"
 // client or the store's records. A plane's tests may open a store to wire
 // a manager (until the one daemon harness), nothing more.
 func TestPlanesImports(t *testing.T) {
-	planes := []string{"internal/server", "internal/e2b", "internal/interp"}
+	planes := []string{"internal/plane/httpapi", "internal/plane/e2b", "internal/service/code"}
 	banned := map[string]bool{ // in every file of a plane
 		module + "internal/agentproto":  true,
 		module + "internal/agentclient": true,
@@ -44,7 +44,7 @@ func TestPlanesImports(t *testing.T) {
 			for _, im := range af.Imports {
 				p, _ := strconv.Unquote(im.Path.Value)
 				if banned[p] || (!test && bannedOutsideTests[p]) {
-					t.Errorf("%s imports %s: a plane uses the manager's types (internal/manager/types.go), not the agent's or the store's", filepath.Join(dir, filepath.Base(f)), strings.TrimPrefix(p, module))
+					t.Errorf("%s imports %s: a plane uses the manager's types (internal/service/…), not the agent's or the store's", filepath.Join(dir, filepath.Base(f)), strings.TrimPrefix(p, module))
 				}
 			}
 		}
