@@ -39,6 +39,7 @@ CACHE="${AIRLOCK_TEST_DATA_DIR:-/var/lib/airlock-test}/templates"
 WORK="${E2B_SUITE_WORK:-${XDG_CACHE_HOME:-$HOME/.cache}/airlock-e2b-suite}"
 
 make --no-print-directory build >/dev/null
+REV=$(git describe --always --dirty 2>/dev/null || echo unknown) # what was built
 
 mkdir -p "$CACHE" "$WORK"
 rm -rf "$WORK/results"
@@ -125,7 +126,7 @@ fi
 TABLE=$(mktemp)
 {
 	echo "<!-- e2b-suite:begin (written by make e2b-suite; do not edit by hand) -->"
-	echo "Measured by \`make e2b-suite\` on $(date -u +%Y-%m-%d) at $(git describe --always --dirty 2>/dev/null || echo unknown): E2B's JS SDK"
+	echo "Measured by \`make e2b-suite\` on $(date -u +%Y-%m-%d) at $REV: E2B's JS SDK"
 	echo "tests at \`e2b@2.45.0\` with the npm \`e2b@2.45.0\`, against runc sandboxes with loopback-only networking."
 	echo "Total: ${total#e2b-suite: }."
 	echo
