@@ -451,6 +451,18 @@ func (m *Service) replay(ctx context.Context, p auth.Principal, existing *store.
 // validateCreate checks req against the limits and fills defaults.
 func (m *Service) validateCreate(req api.CreateSandboxRequest) (Spec, driver.Driver, error) {
 	s := m.settings
+	// The durable sandboxes' fields are in the contract (docs/lifecycle.md)
+	// before they are served: refused, never silently ignored (a create
+	// "from a snapshot" that started from the template would lose data).
+	switch {
+	case req.Snapshot != "":
+		return Spec{}, nil, public(errdefs.ErrCapabilityUnsupported, "creating from a snapshot is not available on this server yet")
+	case req.Pool != "":
+		return Spec{}, nil, public(errdefs.ErrCapabilityUnsupported, "warm pools are not available on this server yet")
+	case req.Lifecycle != nil && (req.Lifecycle.OnTimeout != "" && req.Lifecycle.OnTimeout != api.OnTimeoutKill ||
+		req.Lifecycle.AutoResume != nil && *req.Lifecycle.AutoResume || req.Lifecycle.IdleTimeoutS != nil):
+		return Spec{}, nil, public(errdefs.ErrCapabilityUnsupported, "lifecycle rules other than on_timeout kill are not available on this server yet")
+	}
 	sp := Spec{Template: req.Template, Runtime: req.Runtime, TimeoutS: s.DefaultTimeoutS}
 	if sp.Template == "" {
 		sp.Template = s.DefaultTemplate
