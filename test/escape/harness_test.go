@@ -40,9 +40,6 @@ const (
 // writable layer storage accepts (16 TiB), far beyond any host's disk.
 const maxDiskMB = 1 << 24
 
-// buildAgent is the static airlock-agent the sandboxes run.
-func buildAgent(t testing.TB) string { return testutil.BuildAgent(t) }
-
 // token returns a random hex string: secrets and markers that cannot occur
 // by chance in anything a sandbox prints.
 func token() string { return daemontest.Token() }
