@@ -7,7 +7,7 @@
 // and E2b-Sandbox-Port headers (IsSandboxPlane), control-plane requests use
 // paths that do not collide with /v1/ (IsControlPlane).
 //
-// Everything goes through the manager, so tenancy, audit, secrets redaction,
+// Everything goes through airlock's services, so tenancy, audit, secrets redaction,
 // limits and process-tree kills are airlock's own. The sandbox plane is
 // authenticated by per-sandbox tokens issued at create (X-Access-Token for
 // everything, E2B-Traffic-Access-Token for the sandbox's ports and the code

@@ -26,7 +26,7 @@ import (
 // an inotify watch in its sandbox, which the agent bounds too).
 const maxWatchers = 1024
 
-// filesystemService implements envd's filesystem.Filesystem on the manager.
+// filesystemService implements envd's filesystem.Filesystem on the file service.
 type filesystemService struct {
 	filesystempbconnect.UnimplementedFilesystemHandler
 	h *Handler

@@ -135,7 +135,7 @@ func (t *procTable) find(sel *pb.ProcessSelector) (*proc, error) {
 	return nil, errf(errdefs.ErrInvalidArgument, "process selector is required")
 }
 
-// processService implements envd's process.Process on the manager.
+// processService implements envd's process.Process on the exec service.
 type processService struct {
 	processpbconnect.UnimplementedProcessHandler
 	h *Handler
@@ -412,7 +412,7 @@ func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pb
 	}
 	p, err := h.table(t.id).find(req.Msg.GetProcess())
 	if err == nil {
-		// The manager signals the exec's whole process tree.
+		// The exec service signals the exec's whole process tree.
 		err = endedIsNotFound(h.execs.Signal(ctx, t.p, t.id, p.eid, sig))
 	}
 	if err != nil {

@@ -216,7 +216,7 @@ func (s *Service) SetTenantQuotas(ctx context.Context, p auth.Principal, tenant 
 }
 
 // validOverride checks an override's values: none negative, the exec rate
-// within what the manager keeps track of.
+// within what the exec windows keep track of.
 func validOverride(o api.QuotaOverride) error {
 	switch {
 	case o.Sandboxes != nil && *o.Sandboxes < 0:

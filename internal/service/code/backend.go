@@ -157,7 +157,7 @@ func (m *SandboxBackend) Start(ctx context.Context, p auth.Principal, id string,
 		StdinOpen: true, MaxOutputBytes: codeLogBytes,
 	}
 	// The process outlives this request: its stream hangs off the
-	// manager's context and is ended by Close or the sandbox's end.
+	// backend's context and is ended by Close or the sandbox's end.
 	pctx, cancel := context.WithCancel(m.ctx)
 	st, err := c.Exec(pctx, areq)
 	clear(env)

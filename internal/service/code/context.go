@@ -316,7 +316,7 @@ func (k *kctx) run(ctx context.Context, p auth.Principal, c cell, timeout time.D
 	// Each output stream is masked as one text across its events, so that
 	// a secret printed in pieces, or slowly, is masked too: a piece that
 	// could start a secret waits for the next one, at most RedactHold,
-	// then goes out masked (manager.TextStream).
+	// then goes out masked (redact.TextStream).
 	streams := map[string]*redact.TextStream{}
 	var hold *time.Timer
 	var holdC <-chan time.Time

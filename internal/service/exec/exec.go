@@ -187,7 +187,7 @@ func (m *Engine) start(ctx context.Context, sb *sandbox.Live, areq agentproto.Ex
 	t.se.mu.Unlock()
 	oomWG.Wait() // the tracker reads the baseline
 	// exec.run lasts until the command ended, after the request may have
-	// returned; it is a child of manager.exec all the same.
+	// returned; it is a child of the manager.exec span all the same.
 	_, runSpan := tracing.StartSpan(ctx, "exec.run", "")
 	m.goBackground(func() {
 		t.run(tctx, cancel, stream)

@@ -225,7 +225,7 @@ func (t *tracker) finish(res agentproto.ExecResult, code string) {
 	// commit (and, now and then, a WAL checkpoint) is the largest part of
 	// the daemon's own share of an exec round trip. Until it lands, this
 	// tracker answers for the exec (findExec, ListExecs), and it is not
-	// evicted before. The manager's Close waits for it (goBackground).
+	// evicted before. The engine's Close waits for it (goBackground).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), 30*time.Second)
 	if err := m.finishExec(ctx, sb, rec, events); err != nil {
 		m.log.Error("recording exec result", "sandbox_id", sb.ID(), "exec_id", t.id, "err", err)

@@ -25,16 +25,16 @@ const ownerRetention = 2 * time.Minute
 // tenant, template, the redactor of its secrets) and is the sink of the
 // events the network side reports about sandboxes: egress decisions and
 // package downloads become audit events of the sandbox's tenant, a network
-// repaired is audited, a network lost is handed to the manager, which ends
-// its sandbox.
+// repaired is audited, a network lost is handed to the sandbox service,
+// which ends its sandbox.
 //
-// It is made before the network backend and the manager and given to both
-// at construction: its methods are the network's sinks
-// (network.Config.Audit, PackageAudit, OnRepair, OnLost), and the manager
-// (Config.Attribution) tells it which sandboxes are live and takes the
+// It is made before the network backend and the services and given to both
+// at construction: its methods are the network's sinks (network.Config's
+// Audit, PackageAudit, OnRepair, OnLost), and the sandbox service
+// (sandbox.Config.Owners) tells it which sandboxes are live and takes the
 // networks it reports lost. Template builds attribute their build
 // sandboxes' events to the build's tenant (Attribute). Nothing in it
-// points at the manager. Its methods are safe for concurrent use and only
+// points at a service. Its methods are safe for concurrent use and only
 // queue: they are called from the network's goroutines.
 type Attribution struct {
 	audit      *audit.Recorder
@@ -44,7 +44,7 @@ type Attribution struct {
 
 	mu     sync.Mutex
 	owners map[string]owner
-	// lost holds the networks reported lost that the manager has not
+	// lost holds the networks reported lost that the sandbox service has not
 	// taken yet; lostReady has a value while it is not empty.
 	lost      []sandbox.LostNetwork
 	lostReady chan struct{}
@@ -84,7 +84,7 @@ type owner struct {
 	tenant   string
 	template string
 	red      *redact.Redactor
-	// managed is set for a sandbox of the manager (not a build's).
+	// managed is set for a sandbox of the sandbox service (not a build's).
 	managed bool
 	// gone is when the sandbox stopped being live (zero while it is, or
 	// while an attribution is held).
@@ -129,7 +129,7 @@ func (a *Attribution) ownerOf(id string) (owner, bool) {
 	return o, ok
 }
 
-// Attribute makes the audit events of sandbox id (one the manager does not
+// Attribute makes the audit events of sandbox id (one the services do not
 // run: a template build's) belong to tenant and template until release is
 // called (and ownerRetention after).
 func (a *Attribution) Attribute(id, tenant, template string) (release func()) {
@@ -168,7 +168,7 @@ func (a *Attribution) PackageEvent(ev pkgcache.Event) {
 // NetworkRepaired is told by the network backend (network.Config.OnRepair)
 // that sandbox id's network, broken from outside, was wired again: an
 // audit event of the sandbox (network_update, detail "repaired") says so,
-// for a live sandbox of the manager.
+// for a live sandbox of the sandbox service.
 func (a *Attribution) NetworkRepaired(id, what string) {
 	o, ok := a.ownerOf(id)
 	if !ok || !o.managed || !o.gone.IsZero() {
@@ -183,9 +183,9 @@ func (a *Attribution) NetworkRepaired(id, what string) {
 }
 
 // NetworkLost is told by the network backend (network.Config.OnLost) that
-// sandbox id's network was broken from outside beyond repair. The manager
+// sandbox id's network was broken from outside beyond repair. The sandbox service
 // takes it from here and ends the sandbox (see sandbox.Service); one
-// reported before the manager runs waits for it.
+// reported before the service runs waits for it.
 func (a *Attribution) NetworkLost(id string, err error) {
 	a.mu.Lock()
 	a.lost = append(a.lost, sandbox.LostNetwork{ID: id, Err: err})

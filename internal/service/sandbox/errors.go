@@ -9,7 +9,7 @@ import (
 // Specific classes, so the planes can tell sandbox_not_found from
 // exec_not_found and template_not_found, agent_unavailable and the
 // template build refusals from other errors. They are errdefs's: the
-// names here are kept for the manager's callers.
+// names here are kept for the services' callers.
 var (
 	ErrSandboxNotFound     = errdefs.ErrSandboxNotFound
 	ErrExecNotFound        = errdefs.ErrExecNotFound
@@ -36,8 +36,4 @@ func public(cls error, format string, args ...any) error {
 // the two apart.
 func sandboxNotFound() error {
 	return &PublicError{Msg: "sandbox not found", Err: ErrSandboxNotFound}
-}
-
-func execNotFound() error {
-	return &PublicError{Msg: "exec not found", Err: ErrExecNotFound}
 }

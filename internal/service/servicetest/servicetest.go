@@ -1,4 +1,4 @@
-// Package servicetest provides fakes for the services' and planes' tests: the fake driver (internal/driver/fake, under its old name here) and a fixed template catalogue.
+// Package servicetest provides fakes for the services' and planes' tests: the fake driver (internal/driver/fake), a fixed template catalogue, and Env: the whole service graph over them.
 package servicetest
 
 import (
@@ -19,7 +19,7 @@ func New(name, dir string) *Driver { return fake.New(name, dir) }
 // Templates is a fixed template catalogue.
 type Templates map[string][]driver.Template
 
-// Get implements manager.Templates.
+// Get implements templates.Catalog.
 func (t Templates) Get(name string, version int) (driver.Template, error) {
 	vs := t[name]
 	if len(vs) == 0 {

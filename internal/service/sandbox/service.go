@@ -1,15 +1,17 @@
-// Package sandbox runs airlock's sandboxes: the state machine, create and delete, TTLs, pause, exec tracking, files and recovery after a restart.
+// Package sandbox is the sandbox service, the lifecycle every other service works on: the state machine,
+// create (validation, capacity and quota admission, network, driver, agent) and delete, TTLs, pause and
+// resume, liveness, and the re-adoption of sandboxes after a daemon restart.
 //
-// The manager sits between the HTTP server and the drivers. It owns the
-// sandbox state machine (state.go: legal transitions in one place), keeps the
-// store's records in step with what the drivers observe, enforces capacity,
-// quotas and TTLs, and talks to each sandbox's agent through one
-// agentclient.Client per sandbox, redialled when the connection drops.
+// It owns the sandbox state machine (state.go: legal transitions in one place), keeps the store's records
+// in step with what the drivers observe, and talks to each sandbox's agent through one agentclient.Client
+// per sandbox, redialled when the connection drops (agent.go). The other services get a live sandbox as a
+// *Live (live.go) and use its exported methods. What the lifecycle needs of them is declared in Config as
+// interfaces (Templates, Policy, Owners, Quotas, Meter, Previews, Execs), given at construction by
+// internal/service: this package imports no other service.
 //
-// Secrets given at create time are merged into every exec's environment and
-// masked out of every exec output the manager returns or records. They are
-// kept in memory and, sealed with a key in the data dir (secrets.go), in the
-// store, so that a restarted daemon keeps injecting them.
+// Secrets given at create time are merged into every exec's environment and masked out of everything a
+// service returns or records (Live.Env, Live.Redactor). They are kept in memory and, sealed with a key in
+// the data dir (secrets.go), in the store, so that a restarted daemon keeps injecting them.
 package sandbox
 
 import (
@@ -62,13 +64,9 @@ const (
 	retryAfterCapacity = 5 * time.Second
 )
 
-// Config configures a Manager.
+// Config configures a Service.
 type Config struct {
-	// Settings are the daemon's limits and defaults. Its PreviewListen is
-	// where the preview listener listens, as bound ("host:port": a
-	// configured port 0 is known only then), for the preview URLs the
-	// manager hands out; "" when previews are off (not configured, or
-	// the address could not be bound).
+	// Settings are the daemon's limits and defaults.
 	Settings config.Config
 	// Store persists records. Required.
 	Store *store.Store
@@ -80,7 +78,7 @@ type Config struct {
 	// SecretsKeyPath is the file of the key that seals secrets at rest;
 	// default <Settings.DataDir>/secrets.key.
 	SecretsKeyPath string
-	// Logger receives the manager's logs; default slog.Default().
+	// Logger receives the service's logs; default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; default time.Now. Tests inject their own.
 	Now func() time.Time
@@ -126,7 +124,7 @@ type Observer interface {
 	// CreateDone is told how long a create took on runtime and whether it
 	// succeeded.
 	CreateDone(runtime string, d time.Duration, ok bool)
-	// AgentCall is told the duration of one manager-to-agent call.
+	// AgentCall is told the duration of one daemon-to-agent call.
 	AgentCall(d time.Duration)
 }
 
@@ -223,7 +221,7 @@ func New(cfg Config) (*Service, error) {
 		drivers:  map[string]driver.Driver{},
 		tmpl:     cfg.Templates,
 		sealer:   s,
-		log:      cfg.Logger.With("component", "manager"),
+		log:      cfg.Logger.With("component", "sandbox"),
 		now:      cfg.Now,
 		health:   map[string]driver.Health{},
 		live:     map[string]*Live{},
@@ -237,7 +235,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	for _, d := range cfg.Drivers {
 		if _, dup := m.drivers[d.Name()]; dup {
-			return nil, fmt.Errorf("manager: driver %q registered twice", d.Name())
+			return nil, fmt.Errorf("sandbox: driver %q registered twice", d.Name())
 		}
 		m.drivers[d.Name()] = d
 	}
@@ -261,7 +259,7 @@ func (m *Service) Start(ctx context.Context) error {
 }
 
 // Close stops background work and releases agent connections. Sandboxes and
-// their running execs keep running: the next Manager re-adopts them. It
+// their running execs keep running: the next daemon re-adopts them. It
 // waits for in-flight background work.
 func (m *Service) Close() error {
 	m.closed.Do(func() {
@@ -453,7 +451,7 @@ func (m *Service) limits() api.Limits {
 	}
 }
 
-// Ready reports whether the manager can serve: store open, default runtime
+// Ready reports whether the service can serve: store open, default runtime
 // healthy.
 func (m *Service) Ready(ctx context.Context) error {
 	if err := m.store.Ping(ctx); err != nil {
@@ -520,7 +518,7 @@ func (m *Service) Capacity() (max, used int) {
 	return m.settings.MaxSandboxes, len(m.live)
 }
 
-// Settings returns the daemon's settings the manager runs with.
+// Settings returns the daemon's settings the service runs with.
 func (m *Service) Settings() config.Config { return m.settings }
 
 // SampleInterval is how often every live sandbox is sampled.
