@@ -114,6 +114,7 @@ for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("12
 	if resp, body := previewGet(t, addr, closed.URL, map[string]string{api.PreviewTokenHeader: closed.Token}); resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "nothing answers on port 9999") {
 		t.Fatalf("closed port: %d %q", resp.StatusCode, body)
 	}
+	h.expect(h.req("DELETE", "/v1/sandboxes/"+sb.ID+"/previews/9999", h.key("acme"), nil), http.StatusNoContent, "")
 
 	// Expose 8080 privately.
 	var pv api.Preview
