@@ -1,4 +1,4 @@
-// Package daemon is `airlock serve`: it loads the configuration, opens the store, prepares the base template, starts the drivers, the template builder, the sandbox manager and the HTTP API, and shuts them down gracefully.
+// Package daemon is `airlock serve`: it loads the configuration, opens the store, prepares the base template, starts the drivers, the template builder, the services (internal/service) and the planes (the HTTP API, the E2B planes, the preview listener), and shuts them down gracefully.
 //
 // Settings come from, highest precedence first: command-line flags,
 // AIRLOCK_* environment variables, the JSON file given with --config, and
@@ -285,7 +285,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	}
 	// Events flow through sinks given at construction: the attribution
 	// (sandbox → tenant, template) is made first, its methods are the
-	// network's sinks, and the manager, made last, is given it too.
+	// network's sinks, and the services, made last, are given it too.
 	ncfg, regs := networkConfig(cfg, opts, slot.Names, closed, log)
 	attr := netpolicy.NewAttribution(netpolicy.AttributionConfig{Audit: rec, Registries: regs, Logger: log})
 	nm := newNetwork(ncfg, attr, log)
@@ -319,7 +319,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	defer bld.Close()
 
 	metrics := httpapi.NewMetrics(nil)
-	// The manager hands out preview URLs of the listener as bound (a
+	// The services hand out preview URLs of the listener as bound (a
 	// configured port 0 is known only now), or none when it is off.
 	mset := cfg
 	mset.PreviewListen = ""

@@ -8,14 +8,16 @@ import (
 	osexec "os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/network"
+	"github.com/airlockhq/airlock/internal/reaper"
 	"github.com/airlockhq/airlock/internal/testutil/daemontest"
+	"golang.org/x/sys/unix"
 )
 
 // The end-to-end tests run the real stack as root: runc driver, storage,
@@ -219,8 +221,22 @@ func TestE2ERuncRestartSafety(t *testing.T) {
 	h.exec("acme", keep.ID, api.ExecRequest{Shell: sh(`echo state > /home/user/marker`)})
 	pid := e.initPid(dies.ID)
 	e.stop() // the daemon goes away; sandboxes keep running
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	// The daemon ran in this test's process, a child subreaper: the killed
+	// init is this process's child now, to reap (a daemon that stopped
+	// leaves it to host PID 1). Held by a pidfd, so that no other process
+	// gets the signal if the pid were reused.
+	p, err := reaper.Watch(pid)
+	if err != nil {
 		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Signal(unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the killed init did not end")
 	}
 	e.start()
 	if got := h.state("acme", keep.ID); got.State != api.StateRunning {

@@ -209,7 +209,8 @@ for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("12
 		}
 		actions = append(actions, fmt.Sprintf("%s:%d:%s", d.Action, d.Port, d.Via))
 	}
-	want := []string{"expose:9999:", "open:9999:token", "unexpose:9999:", "expose:8080:", "open:8080:token", "open:8080:cookie", "expose:8081:", "open:8081:public", "unexpose:8080:"}
+	want := []string{"expose:9999:", "open:9999:token", "unexpose:9999:",
+		"expose:8080:", "open:8080:token", "open:8080:cookie", "expose:8081:", "open:8081:public", "unexpose:8080:"}
 	if strings.Join(actions, " ") != strings.Join(want, " ") {
 		t.Fatalf("preview audit %v, want %v", actions, want)
 	}
