@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -269,14 +270,24 @@ print("OK", c.recv(2).decode())`}
 	if out := execOut(t, c, []string{"cat", "/proc/net/dev"}); strings.Contains(out, "eth0") {
 		t.Fatalf("mode none shows an interface: %q", out)
 	}
-	// Loopback only: runsc ran without its netstack and without entering
-	// the namespace, and its commands reach it from the daemon's.
+	// Loopback only: runsc ran without its netstack, but inside the
+	// namespace, where its control socket is (and its commands reach
+	// it), never in the daemon's: there any host process of the Sentry's
+	// uid could talk to it.
 	st, err := d.LoadState(id)
 	if err != nil || !slices.Equal(st.RunArgs, []string{flagNoNet}) {
 		t.Errorf("run args of a sandbox whose namespace has loopback only: %v (%v), want [%s]", st.RunArgs, err, flagNoNet)
 	}
 	if ss, err := d.Inspect(context.Background(), id); err != nil || ss.State != driver.StateRunning {
 		t.Errorf("Inspect = %+v, %v; want running", ss, err)
+	}
+	control := "@runsc-sandbox." + id
+	if host, err := os.ReadFile("/proc/net/unix"); err != nil || strings.Contains(string(host), control) {
+		t.Errorf("runsc's control socket %s is in the daemon's network namespace (%v)", control, err)
+	}
+	inside, err := exec.Command("nsenter", "--net="+att.NetNSPath(), "cat", "/proc/net/unix").Output()
+	if err != nil || !strings.Contains(string(inside), control) {
+		t.Errorf("runsc's control socket %s is not in the sandbox's namespace (%v)", control, err)
 	}
 }
 

@@ -14,8 +14,8 @@ import (
 
 // State is what the driver keeps of a sandbox across daemon restarts: the
 // core's state, whose RunArgs say which network stack its last run got
-// (flagNetstack or flagNoNet) and so where runsc's commands reach it, and
-// whose NetNS is the namespace the network layer prepared. A sandbox dir
+// (flagNetstack or flagNoNet), and whose NetNS is the namespace the network
+// layer prepared, where runsc runs and its commands reach it. A sandbox dir
 // adds netstack.json, the addresses runsc took from that namespace (see
 // restoreAddrs).
 type State = oci.State
@@ -25,13 +25,12 @@ type State = oci.State
 // it, gets gVisor's own stack (netstack) on that namespace's interfaces:
 // its packets leave through the namespace's veth, where the network
 // layer's resolver, proxy and filter (all on the host side) apply as to a
-// runc sandbox, and Launch starts runsc from inside the namespace. A
-// sandbox without one, or whose namespace has loopback only (network mode
-// none), gets gVisor's loopback only (--network=none), started from the
-// daemon's own namespaces: the same sandbox, without the namespace dance
-// of Launch and with runsc's commands run as they are (Control). A
-// namespace that gains an interface later (a PUT …/network from none) is
-// used from the sandbox's next start on.
+// runc sandbox, and Launch starts runsc inside the namespace with the
+// mounts netstack needs (netstack.go). A sandbox without one, or whose
+// namespace has loopback only (network mode none), gets gVisor's loopback
+// only (--network=none): the same sandbox, without netstack and the mount
+// dance. runsc still runs inside a prepared namespace (Launch), so that
+// its control socket is there too (Control).
 //
 // runsc's other way, the host kernel's stack (--network=host), cannot work
 // here: it runs the Sentry in the bundle's user namespace as the unmapped
@@ -53,17 +52,20 @@ func (d *Driver) RunArgs(st *State) ([]string, error) {
 }
 
 // netstack reports whether the last run of the sandbox st got gVisor's
-// netstack in its namespace: runsc then runs, and is reached, from inside
-// that namespace.
+// netstack in its namespace.
 func netstack(st *State) bool {
 	return st.NetNS != "" && slices.Contains(st.RunArgs, flagNetstack)
 }
 
-// Launch runs runsc's `run` of a sandbox: from inside its namespace with
-// netstack (see launch in netstack.go), else as it is.
+// Launch runs runsc's `run` of a sandbox: inside its namespace if it has
+// one (with netstack, in a mount namespace of its own too: see
+// wrapInNamespaces), else as it is.
 func (d *Driver) Launch(cmd *exec.Cmd, st *State) error {
-	if !netstack(st) {
+	if st.NetNS == "" {
 		return cmd.Run()
+	}
+	if !netstack(st) {
+		return runInNetNS(cmd, st.NetNS)
 	}
 	visible := filepath.Join(st.Dir, procDirName)
 	if err := os.Mkdir(visible, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -78,12 +80,14 @@ func (d *Driver) Launch(cmd *exec.Cmd, st *State) error {
 // Control runs runsc's other subcommands about sandbox id (state, kill,
 // delete, pause, resume) where they reach it: runsc's control socket is an
 // abstract unix socket, which exists only in the network namespace runsc
-// ran in. Without netstack that is the daemon's; with it the sandbox's,
-// and the command runs under nsenter --net, or a restarted daemon would
-// find its gVisor sandboxes "stopped".
+// ran in, the sandbox's if it has one (the command then runs under
+// nsenter --net, or a restarted daemon would find its gVisor sandboxes
+// "stopped"), else the daemon's. In the daemon's namespace any host
+// process of the Sentry's uid (nobody) could talk to it, so a sandbox the
+// daemon prepared a namespace for never has it there.
 func (d *Driver) Control(cmd *exec.Cmd, id string) error {
 	st, err := d.LoadState(id)
-	if err != nil || !netstack(st) {
+	if err != nil || st.NetNS == "" {
 		return cmd.Run()
 	}
 	return runInNetNS(cmd, st.NetNS)
