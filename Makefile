@@ -17,7 +17,7 @@ DEB_PACKAGES := runc runsc debootstrap e2fsprogs iproute2 nftables util-linux ca
 
 export AIRLOCK_TEST_DATA_DIR := $(TEST_DATA)
 
-.PHONY: all build deps test unit vet lint run bench clean
+.PHONY: all build deps test unit vet lint run bench e2b-suite clean
 
 all: build
 
@@ -67,6 +67,11 @@ run: deps build
 ## bench: measure against the targets in ARCHITECTURE.md; writes docs/benchmarks.md.
 bench: deps build
 	./scripts/bench.sh
+
+## e2b-suite: E2B's own JS SDK tests (E2B_SUITE_DIR, default ../shared/e2b-suite) against a daemon of
+## this tree; not part of `make test`. A full run writes the per-file table into docs/e2b.md (root).
+e2b-suite: deps
+	./scripts/e2b-suite.sh $(E2B_SUITE_FILTER)
 
 clean:
 	rm -rf $(BIN)

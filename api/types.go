@@ -386,12 +386,24 @@ type CreateKeyRequest struct {
 	Tenant string `json:"tenant"`
 	Name   string `json:"name"`
 	Admin  bool   `json:"admin,omitempty"`
+	// Format is the shape of the secret: KeyFormatNative (the default) or
+	// KeyFormatE2B. Both are accepted alike everywhere a key is.
+	Format string `json:"format,omitempty"`
 	// RateLimitRPS and RateLimitBurst give the key its own request rate
 	// limit instead of the server's default (0 RPS: no limit). A burst
 	// without a rate keeps the default rate.
 	RateLimitRPS   *float64 `json:"rate_limit_rps,omitempty"`
 	RateLimitBurst *int     `json:"rate_limit_burst,omitempty"`
 }
+
+// Key formats of CreateKeyRequest.Format.
+const (
+	// KeyFormatNative is `ak_` and 52 base32 characters.
+	KeyFormatNative = "native"
+	// KeyFormatE2B is `e2b_` and 40 lowercase hex digits: the format E2B's
+	// SDKs check before they send a request.
+	KeyFormatE2B = "e2b"
+)
 
 // Key is an API key's record. Key (the secret) is set only in the response
 // to its creation.

@@ -35,9 +35,9 @@ if [ "$status" -ge 2 ]; then
 	exit "$status"
 fi
 # Issue #7: what metering and audit add to an exec, measured in-process with
-# the two configurations interleaved (internal/server BenchmarkExecMeteringOverhead).
+# the two configurations interleaved (internal/plane/httpapi BenchmarkExecMeteringOverhead).
 echo "measuring the metering + audit overhead on exec…"
-OVER=$(go test -run '^$' -bench '^BenchmarkExecMeteringOverhead$' -benchtime 600x ./internal/server/ 2>&1 |
+OVER=$(go test -run '^$' -bench '^BenchmarkExecMeteringOverhead$' -benchtime 600x ./internal/plane/httpapi/ 2>&1 |
 	grep '^BenchmarkExecMeteringOverhead' || true)
 EXTRA=$(mktemp)
 if [ -n "$OVER" ]; then
@@ -93,7 +93,7 @@ CC=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)
   request to `end` event, after five warm-up cells.
 - Metering + audit: two in-process servers on the runc driver, one with the Prometheus observer, the
   audit trail and resource sampling every second (five times the default rate), one with none of them;
-  `echo hi` goes to each in turn, 600 pairs (`go test -bench ExecMeteringOverhead ./internal/server`).
+  `echo hi` goes to each in turn, 600 pairs (`go test -bench ExecMeteringOverhead ./internal/plane/httpapi`).
 - Idle memory: N sandboxes left idle for 2 s, their host processes found by cgroup, Rss and Pss
   from `/proc/PID/smaps_rollup`.
 - CLI start: `bin/airlock exec sbx_bench -- true` against a stand-in server on loopback (it answers

@@ -43,6 +43,7 @@ func run(args []string) error {
 	fdNum := fs.Int("fd", -1, "serve the inherited socket `fd`: every connection if it is a listening (or bound) socket, else one session")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logMax := fs.Int64("log-max", defaultLogMax, "when stderr is a file, empty it once it would pass `bytes` (0: never)")
+	spare := fs.Int("spare-threads", spareThreads, "make `n` OS threads at start and keep them idle (see spareThreads; 0 where a failed thread creation ends the whole sandbox anyway: gVisor)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -57,7 +58,10 @@ func run(args []string) error {
 	if *stdio && *fdNum >= 0 {
 		return errors.New("--stdio and --fd are exclusive")
 	}
-	prewarmThreads(spareThreads)
+	if *spare < 0 {
+		return errors.New("--spare-threads must not be negative")
+	}
+	prewarmThreads(*spare)
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -384,6 +388,9 @@ func (stdioAddr) String() string  { return "stdio" }
 // failed thread creation as fatal, and the agent is PID 1. With idle threads
 // already made, the runtime reuses them instead of creating new ones while
 // the bomb runs, and the agent stays alive to end it (timeout, signal).
+// Under gVisor a sandbox that runs out of tasks loses its whole user-space
+// kernel, the agent with it, so its driver asks for none (--spare-threads
+// 0): there each thread costs the start a host stub thread.
 const spareThreads = 12
 
 // prewarmThreads makes the runtime create n OS threads (each goroutine

@@ -385,7 +385,7 @@ func TestSingleSessionModes(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	for _, args := range [][]string{{}, {"--stdio", "--fd", "3"}, {"--listen", "tcp:1.2.3.4:5"}, {"--log-level", "loud", "--stdio"}} {
+	for _, args := range [][]string{{}, {"--stdio", "--fd", "3"}, {"--listen", "tcp:1.2.3.4:5"}, {"--log-level", "loud", "--stdio"}, {"--spare-threads", "-1", "--stdio"}} {
 		t.Run(strings.Join(args, "_"), func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], args...)
 			cmd.Env = append(os.Environ(), "AIRLOCK_AGENT_MAIN=1")

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -311,12 +312,23 @@ func unpack(dirfd int, tr *tar.Reader) error {
 		}
 		err = unix.Fchmod(fd, d.mode)
 		if err == nil {
-			err = unix.UtimesNanoAt(fd, "", d.times, unix.AT_EMPTY_PATH)
+			err = futimens(fd, d.times)
 		}
 		unix.Close(fd)
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// futimens sets the access and modification times of the file open at fd:
+// utimensat(fd, NULL, times, 0). The AT_EMPTY_PATH form of utimensat is
+// newer (Linux 5.8) and gVisor's Sentry refuses it (EINVAL).
+func futimens(fd int, times []unix.Timespec) error {
+	_, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&times[0])), 0, 0, 0)
+	if e != 0 {
+		return e
 	}
 	return nil
 }
@@ -380,7 +392,7 @@ func unpackEntry(dirfd int, rel string, hdr *tar.Header, tr *tar.Reader, mode ui
 			}
 			return invalid("malformed tar stream")
 		}
-		return unix.UtimesNanoAt(fd, "", times, unix.AT_EMPTY_PATH)
+		return futimens(fd, times)
 	case tar.TypeSymlink:
 		if err := replace(); err != nil {
 			return err

@@ -328,7 +328,7 @@ type Stream struct {
 	// id is the exec; next is the offset output may continue from: no
 	// event may go back before it (offsets only grow; a jump is output the
 	// agent dropped). What the daemon keeps of an exec's output is bounded
-	// by the exec's own cap where it is kept (internal/manager).
+	// by the exec's own cap where it is kept (internal/service/exec).
 	id   string
 	next int64
 }

@@ -1,7 +1,9 @@
 // Package auth issues, stores (hashed) and checks airlock API keys and says which tenant a request acts for.
 //
-// A key is `ak_` followed by 52 base32 characters (32 random bytes). Only its
-// sha256 is stored; the secret is shown once, when the key is created. A
+// A key is `ak_` followed by 52 base32 characters (32 random bytes), or, in
+// E2B's format for SDKs that check it, `e2b_` followed by 40 hex digits (20
+// random bytes). Only its sha256 is stored, and a key is found by that hash
+// whatever its format; the secret is shown once, when the key is created. A
 // request presents it as `Authorization: Bearer <key>` or `X-API-Key: <key>`.
 // There is no cache, so a revocation is effective on the next request.
 //
@@ -15,6 +17,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base32"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -95,10 +98,68 @@ func RandomID(prefix string, n int) string {
 	return prefix + strings.ToLower(b32.EncodeToString(b))
 }
 
-// NewSecret returns a new key secret and its display prefix.
-func NewSecret() (secret, prefix string) {
-	secret = RandomID(KeyPrefix, 32)
-	return secret, secret[:len(KeyPrefix)+6]
+// E2BKeyPrefix starts every key in E2B's format.
+const E2BKeyPrefix = "e2b_"
+
+// KeyFormat is the shape of a key's secret. Both formats are keys of
+// airlock, accepted by every plane alike: the format only decides what the
+// secret looks like.
+type KeyFormat string
+
+const (
+	// FormatNative is `ak_` and 52 base32 characters (256 bits).
+	FormatNative KeyFormat = "native"
+	// FormatE2B is `e2b_` and 40 lowercase hex digits (160 bits): the
+	// shape of E2B's own keys, which E2B's Python SDK checks
+	// (`^e2b_[0-9a-f]+$`) before it sends a request unless
+	// E2B_VALIDATE_API_KEY=false. The npm SDK makes no such check.
+	FormatE2B KeyFormat = "e2b"
+)
+
+// e2bKeyBytes is the randomness of an E2B-format key: 40 hex digits, the
+// length of E2B's keys and of the example its SDK prints.
+const e2bKeyBytes = 20
+
+// ParseKeyFormat returns the format named s; "" is FormatNative.
+func ParseKeyFormat(s string) (KeyFormat, error) {
+	switch KeyFormat(s) {
+	case "", FormatNative:
+		return FormatNative, nil
+	case FormatE2B:
+		return FormatE2B, nil
+	}
+	return "", errdefs.Wrap(errdefs.ErrInvalidArgument, "format must be %q or %q", FormatNative, FormatE2B)
+}
+
+// NewSecret returns a new key secret in the native format and its display
+// prefix.
+func NewSecret() (secret, prefix string) { return NewSecretOf(FormatNative) }
+
+// NewSecretOf returns a new key secret of format f and its display prefix.
+func NewSecretOf(f KeyFormat) (secret, prefix string) {
+	if f == FormatE2B {
+		b := make([]byte, e2bKeyBytes)
+		rand.Read(b) // crypto/rand.Read never fails on Linux (getrandom)
+		secret = E2BKeyPrefix + hex.EncodeToString(b)
+	} else {
+		secret = RandomID(KeyPrefix, 32)
+	}
+	return secret, DisplayPrefix(secret)
+}
+
+// displayChars is how much of a key's random part its display prefix shows.
+const displayChars = 6
+
+// DisplayPrefix returns the part of secret that key listings show (its
+// format's prefix and 6 characters), or "" if secret is not shaped like a
+// key airlock issues: never more of a key than listings already show.
+func DisplayPrefix(secret string) string {
+	for _, p := range []string{KeyPrefix, E2BKeyPrefix} {
+		if strings.HasPrefix(secret, p) && len(secret) > len(p)+displayChars {
+			return secret[:len(p)+displayChars]
+		}
+	}
+	return ""
 }
 
 // tenantRE is what a tenant name may look like: it shows up in logs, metrics
@@ -217,13 +278,29 @@ type Created struct {
 }
 
 // KeyOption sets an optional property of a key at its creation.
-type KeyOption func(*store.Key) error
+type KeyOption func(*newKey) error
+
+// newKey is a key being created: its record and the format of its secret.
+type newKey struct {
+	store.Key
+	format KeyFormat
+}
+
+// KeyFormatOf gives the key's secret the format named format ("" is
+// native; ParseKeyFormat).
+func KeyFormatOf(format string) KeyOption {
+	return func(k *newKey) error {
+		f, err := ParseKeyFormat(format)
+		k.format = f
+		return err
+	}
+}
 
 // KeyRateLimit gives the key its own rate limit: rps requests per second
 // (0: no limit) with a burst of burst. Either may be nil to keep the
 // server's default for it.
 func KeyRateLimit(rps *float64, burst *int) KeyOption {
-	return func(k *store.Key) error {
+	return func(k *newKey) error {
 		if rps != nil {
 			if math.IsNaN(*rps) || *rps < 0 || *rps > maxRateLimitRPS {
 				return errdefs.Wrap(errdefs.ErrInvalidArgument, "rate_limit_rps must be between 0 (no limit) and %d", maxRateLimitRPS)
@@ -250,20 +327,19 @@ func (a *Authenticator) CreateKey(ctx context.Context, tenant, name string, admi
 	if len(name) > 128 {
 		return Created{}, errdefs.Wrap(errdefs.ErrInvalidArgument, "name is longer than 128 bytes")
 	}
-	secret, prefix := NewSecret()
-	k := store.Key{
-		ID: RandomID("key_", 15), Tenant: tenant, Name: name, Prefix: prefix,
-		Hash: Hash(secret), Admin: admin, CreatedAt: a.now().UTC(),
-	}
+	k := newKey{Key: store.Key{ID: RandomID("key_", 15), Tenant: tenant, Name: name, Admin: admin, CreatedAt: a.now().UTC()},
+		format: FormatNative}
 	for _, o := range opts {
 		if err := o(&k); err != nil {
 			return Created{}, err
 		}
 	}
-	if err := a.store.CreateKey(ctx, k); err != nil {
+	secret, prefix := NewSecretOf(k.format)
+	k.Prefix, k.Hash = prefix, Hash(secret)
+	if err := a.store.CreateKey(ctx, k.Key); err != nil {
 		return Created{}, err
 	}
-	return Created{Key: k, Secret: secret}, nil
+	return Created{Key: k.Key, Secret: secret}, nil
 }
 
 // Revoke revokes key id. A non-admin may revoke only keys of its own tenant;
@@ -340,7 +416,10 @@ func (a *Authenticator) Bootstrap(ctx context.Context, envKey string) (generated
 		case err == nil && (!k.Admin || k.RevokedAt != nil):
 			return "", errdefs.Wrap(errdefs.ErrConflict, "%s matches a revoked or non-admin key", EnvAdminKeyName)
 		case errdefs.IsNotFound(err):
-			prefix := envKey[:min(len(envKey), len(KeyPrefix)+6)]
+			prefix := DisplayPrefix(envKey)
+			if prefix == "" {
+				prefix = envKey[:len(KeyPrefix)+displayChars] // at least minEnvKeyLen long
+			}
 			err = a.store.CreateKey(ctx, store.Key{ID: RandomID("key_", 15), Tenant: AdminTenant, Name: EnvAdminKeyName,
 				Prefix: prefix, Hash: h, Admin: true, CreatedAt: now})
 			if err != nil {

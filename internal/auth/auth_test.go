@@ -29,20 +29,99 @@ func newAuth(t *testing.T) (*Authenticator, *store.Store) {
 }
 
 func TestNewSecretFormat(t *testing.T) {
-	re := regexp.MustCompile(`^ak_[a-z2-7]{52}$`)
-	seen := map[string]bool{}
-	for i := 0; i < 100; i++ {
-		s, prefix := NewSecret()
-		if !re.MatchString(s) {
-			t.Fatalf("secret %q does not match %s", s, re)
+	for _, tt := range []struct {
+		format KeyFormat
+		re     *regexp.Regexp
+	}{
+		{FormatNative, regexp.MustCompile(`^ak_[a-z2-7]{52}$`)},
+		// What E2B's Python SDK checks (`\Ae2b_[0-9a-f]+\Z`), at the length
+		// of E2B's own keys.
+		{FormatE2B, regexp.MustCompile(`^e2b_[0-9a-f]{40}$`)},
+	} {
+		t.Run(string(tt.format), func(t *testing.T) {
+			seen := map[string]bool{}
+			for i := 0; i < 100; i++ {
+				s, prefix := NewSecretOf(tt.format)
+				if !tt.re.MatchString(s) {
+					t.Fatalf("secret %q does not match %s", s, tt.re)
+				}
+				if !strings.HasPrefix(s, prefix) || len(prefix) != strings.Index(s, "_")+1+6 {
+					t.Fatalf("prefix %q of %q", prefix, s)
+				}
+				if seen[s] {
+					t.Fatal("duplicate secret")
+				}
+				seen[s] = true
+			}
+		})
+	}
+	if s, _ := NewSecret(); !strings.HasPrefix(s, KeyPrefix) {
+		t.Errorf("NewSecret() = %q, want the native format", s)
+	}
+}
+
+func TestDisplayPrefix(t *testing.T) {
+	for _, tt := range []struct{ secret, want string }{
+		{"ak_abcdefghij", "ak_abcdef"},
+		{"e2b_0123456789abcdef", "e2b_012345"},
+		{"ak_abcdef", ""}, // nothing but the prefix would show
+		{"e2b_012", ""},
+		{"sk-live-0123456789", ""},
+		{"", ""},
+	} {
+		if got := DisplayPrefix(tt.secret); got != tt.want {
+			t.Errorf("DisplayPrefix(%q) = %q, want %q", tt.secret, got, tt.want)
 		}
-		if !strings.HasPrefix(s, prefix) || len(prefix) != 9 {
-			t.Fatalf("prefix %q of %q", prefix, s)
+	}
+}
+
+// TestE2BFormatKey: a key in E2B's format is an airlock key like any
+// other: found by its hash wherever it is presented (the E2B SDKs send
+// X-API-KEY; airlock's own clients a bearer token), scoped to its tenant,
+// listed by its prefix only, revocable.
+func TestE2BFormatKey(t *testing.T) {
+	a, st := newAuth(t)
+	ctx := context.Background()
+	c, err := a.CreateKey(ctx, "acme", "sdk", false, KeyFormatOf("e2b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(c.Secret) || c.Prefix != c.Secret[:10] {
+		t.Fatalf("secret %q, prefix %q", c.Secret, c.Prefix)
+	}
+	k, err := st.GetKey(ctx, c.ID)
+	if err != nil || string(k.Hash) != string(Hash(c.Secret)) || k.Prefix != c.Prefix || k.Tenant != "acme" {
+		t.Fatalf("stored key %+v, %v", k, err)
+	}
+	for _, h := range []struct{ name, value string }{
+		{"X-API-KEY", c.Secret},
+		{"Authorization", "Bearer " + c.Secret},
+	} {
+		r := httptest.NewRequest("POST", "/v2/sandboxes", nil)
+		r.Header.Set(h.name, h.value)
+		p, err := a.Authenticate(ctx, r)
+		if err != nil || p.Tenant != "acme" || p.Admin || p.KeyID != c.ID {
+			t.Errorf("%s: principal %+v, %v", h.name, p, err)
 		}
-		if seen[s] {
-			t.Fatal("duplicate secret")
+	}
+	// A neighbour of the secret (same prefix, one digit changed) is no key.
+	last := c.Secret[len(c.Secret)-1]
+	other := c.Secret[:len(c.Secret)-1] + map[bool]string{true: "1", false: "0"}[last == '0']
+	if _, err := a.Check(ctx, other); !IsUnauthenticated(err) {
+		t.Errorf("altered e2b key accepted: %v", err)
+	}
+	if err := a.Revoke(ctx, Principal{Tenant: "acme"}, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Check(ctx, c.Secret); !IsUnauthenticated(err) {
+		t.Fatalf("revoked e2b key accepted: %v", err)
+	}
+	// Native stays the default, and "native" names it.
+	for _, opts := range [][]KeyOption{nil, {KeyFormatOf("")}, {KeyFormatOf("native")}} {
+		n, err := a.CreateKey(ctx, "acme", "", false, opts...)
+		if err != nil || !strings.HasPrefix(n.Secret, KeyPrefix) {
+			t.Errorf("CreateKey(%d options) = %q, %v; want a native key", len(opts), n.Secret, err)
 		}
-		seen[s] = true
 	}
 }
 
@@ -143,6 +222,14 @@ func TestCreateKeyValidation(t *testing.T) {
 		if _, err := a.CreateKey(context.Background(), tenant, "", false); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("tenant %q: err = %v, want invalid argument", tenant, err)
 		}
+	}
+	for _, f := range []string{"E2B", "e2b ", "hex", "ak"} {
+		if _, err := a.CreateKey(context.Background(), "acme", "", false, KeyFormatOf(f)); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("format %q: err = %v, want invalid argument", f, err)
+		}
+	}
+	if keys, _ := a.List(context.Background(), Principal{Admin: true}); len(keys) != 0 {
+		t.Errorf("refused creates stored %d keys", len(keys))
 	}
 }
 

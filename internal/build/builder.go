@@ -34,10 +34,18 @@ type Network struct {
 // only.
 type NetworkFunc func(ctx context.Context, sandboxID string) (Network, func(), error)
 
-// UpperDirFunc locates the writable layer of a sandbox the driver created:
-// the overlay's upper directory on the host and the sandbox's id mapping
-// (host uid shift.Base is the sandbox's root).
-type UpperDirFunc func(sandboxID string) (dir string, shift template.IDShift, err error)
+// Driver is what builds need of a driver: the lifecycle the manager uses
+// (build sandboxes are created, started, stopped and destroyed through it),
+// the writable layer of a stopped sandbox, which a step's capture turns into
+// a template layer, and the list of its sandboxes, to destroy what the
+// builds of a dead daemon left. Any driver whose Capabilities declare
+// LayerCapture can be one (runc, gvisor); nothing here knows its disk
+// layout.
+type Driver interface {
+	driver.Driver
+	driver.LayerCapturer
+	driver.Lister
+}
 
 // Config configures a Builder. Zero fields take the documented defaults.
 type Config struct {
@@ -48,12 +56,7 @@ type Config struct {
 	// Driver runs build sandboxes; nil makes every RUN and COPY step fail
 	// with a clear message (cached steps, imports and shipped templates
 	// still work).
-	Driver driver.Driver
-	// UpperDir finds a build sandbox's writable layer. Required with Driver.
-	UpperDir UpperDirFunc
-	// Leftovers lists the build sandboxes (ids with BuildSandboxPrefix) a
-	// dead daemon left, for Recover to destroy.
-	Leftovers func() ([]string, error)
+	Driver Driver
 	// Network, when set, gives RUN sandboxes a network (see NetworkFunc).
 	Network NetworkFunc
 	// Resources of a build sandbox; default 1 CPU, 2 GiB memory, 8 GiB
@@ -143,8 +146,8 @@ func New(cfg Config) (*Builder, error) {
 	if cfg.Store == nil || cfg.Templates == nil {
 		return nil, errors.New("build: store and templates are required")
 	}
-	if cfg.Driver != nil && cfg.UpperDir == nil {
-		return nil, errors.New("build: a driver needs an UpperDir function")
+	if cfg.Driver != nil && !cfg.Driver.Capabilities().LayerCapture {
+		return nil, fmt.Errorf("build: the %s driver does not capture layers", cfg.Driver.Name())
 	}
 	r := &cfg.Resources
 	if r.CPU <= 0 {
@@ -204,12 +207,15 @@ func (b *Builder) Recover(ctx context.Context) error {
 	if err := os.RemoveAll(filepath.Join(b.tmpl.Dir(), uploadsDir)); err != nil {
 		b.log.Warn("removing stale uploads", "err", err)
 	}
-	if b.cfg.Driver != nil && b.cfg.Leftovers != nil {
-		ids, err := b.cfg.Leftovers()
+	if b.cfg.Driver != nil {
+		ids, err := b.cfg.Driver.List(ctx)
 		if err != nil {
 			b.log.Warn("listing leftover build sandboxes", "err", err)
 		}
 		for _, id := range ids {
+			if !strings.HasPrefix(id, BuildSandboxPrefix) {
+				continue // the manager's
+			}
 			if err := b.cfg.Driver.Destroy(ctx, id); err != nil {
 				b.log.Warn("destroying leftover build sandbox", "sandbox_id", id, "err", err)
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/agentclient"
+	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/driver/gvisor"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
@@ -36,7 +40,7 @@ COPY app/ ./
 COPY bin/tool $TOOL_HOME/
 COPY --chown=user:user app/hello.txt /home/user/hello-copy.txt
 USER user
-RUN whoami > /tmp/who && id -u >> /tmp/who && touch /home/user/made-by-user
+RUN whoami > /home/user/who && id -u >> /home/user/who && touch /home/user/made-by-user
 `
 
 func fullContext(t testing.TB) string {
@@ -59,34 +63,7 @@ func TestBuildSpec(t *testing.T) {
 	if r.Config.Env["GREETING"] != "hi there" || r.Config.Workdir != "/srv/app" || r.Config.User != "user" || r.Config.From != DebianFrom {
 		t.Errorf("config %+v", r.Config)
 	}
-	checks := []struct {
-		name, script, want string
-	}{
-		{"run-output", "cat /srv/app/greeting", "hi there\n"},
-		{"hardlink", "stat -c '%h %i' /srv/app/greeting | cut -d' ' -f1; [ /srv/app/greeting -ef /srv/app/greeting.hard ] && echo same", "2\nsame\n"},
-		{"symlink", "readlink /srv/app/greeting.sym", "greeting\n"},
-		{"whiteout", "ls /usr/share/doc /etc/debian_version 2>&1 | wc -l; test -e /etc/debian_version || echo gone", "2\ngone\n"},
-		{"opaque", "ls /etc/apt", "only\n"},
-		{"owner-changed-in-run", "stat -c '%U:%G' /srv/app/greeting", "user:user\n"},
-		{"setuid", "stat -c '%a %U' /usr/local/bin/suid", "4755 root\n"},
-		{"sparse", "stat -c '%s' /srv/sparse; [ $(stat -c '%b' /srv/sparse) -lt 100 ] && echo sparse", "1073741824\nsparse\n"},
-		{"copy-dir-contents", "cat /srv/app/hello.txt /srv/app/sub/deep.txt; readlink /srv/app/link", "hello\ndeep\nhello.txt\n"},
-		{"copy-owner-root", "stat -c '%U %a' /srv/app/hello.txt /opt/tool/tool", "root 644\nroot 755\n"},
-		{"copy-env-dest", "/opt/tool/tool", "tool ran\n"},
-		{"copy-chown", "stat -c '%U:%G' /home/user/hello-copy.txt", "user:user\n"},
-		{"user-step", "cat /tmp/who; stat -c %U /home/user/made-by-user", "user\n1000\nuser\n"},
-		{"workdir-made", "stat -c '%F %U' /srv/app", "directory root\n"},
-		{"base-intact", "python3 -c 'print(6*7)'; id user", "42\nuid=1000(user) gid=1000(user) groups=1000(user)\n"},
-		{"no-build-leftovers", "ls -A /.airlock | sort | tr '\\n' ' '", "airlock-agent "},
-	}
-	for _, ch := range checks {
-		t.Run(ch.name, func(t *testing.T) {
-			out, code := run(t, c, "root", nil, ch.script)
-			if code != 0 || out != ch.want {
-				t.Errorf("%s: %q (exit %d), want %q", ch.script, out, code, ch.want)
-			}
-		})
-	}
+	checkFull(t, c)
 	t.Run("layers-on-disk", func(t *testing.T) {
 		// The layer holds container ids (host uid = container uid) and
 		// keeps the sparse file sparse.
@@ -112,6 +89,87 @@ func TestBuildSpec(t *testing.T) {
 			t.Errorf("build %+v", b)
 		}
 	})
+}
+
+// checkFull checks, in a sandbox of a template built from fullSpec, what
+// every step made and the overlay cases its capture kept.
+func checkFull(t *testing.T, c *agentclient.Client) {
+	checks := []struct {
+		name, script, want string
+	}{
+		{"run-output", "cat /srv/app/greeting", "hi there\n"},
+		{"hardlink", "stat -c '%h %i' /srv/app/greeting | cut -d' ' -f1; [ /srv/app/greeting -ef /srv/app/greeting.hard ] && echo same", "2\nsame\n"},
+		{"symlink", "readlink /srv/app/greeting.sym", "greeting\n"},
+		{"whiteout", "ls /usr/share/doc /etc/debian_version 2>&1 | wc -l; test -e /etc/debian_version || echo gone", "2\ngone\n"},
+		{"opaque", "ls /etc/apt", "only\n"},
+		{"owner-changed-in-run", "stat -c '%U:%G' /srv/app/greeting", "user:user\n"},
+		{"setuid", "stat -c '%a %U' /usr/local/bin/suid", "4755 root\n"},
+		{"sparse", "stat -c '%s' /srv/sparse; [ $(stat -c '%b' /srv/sparse) -lt 100 ] && echo sparse", "1073741824\nsparse\n"},
+		{"copy-dir-contents", "cat /srv/app/hello.txt /srv/app/sub/deep.txt; readlink /srv/app/link", "hello\ndeep\nhello.txt\n"},
+		{"copy-owner-root", "stat -c '%U %a' /srv/app/hello.txt /opt/tool/tool", "root 644\nroot 755\n"},
+		{"copy-env-dest", "/opt/tool/tool", "tool ran\n"},
+		{"copy-chown", "stat -c '%U:%G' /home/user/hello-copy.txt", "user:user\n"},
+		{"user-step", "cat /home/user/who; stat -c %U /home/user/made-by-user", "user\n1000\nuser\n"},
+		{"workdir-made", "stat -c '%F %U' /srv/app", "directory root\n"},
+		{"base-intact", "python3 -c 'print(6*7)'; id user", "42\nuid=1000(user) gid=1000(user) groups=1000(user)\n"},
+		{"no-build-leftovers", "ls -A /.airlock | sort | tr '\\n' ' '", "airlock-agent "},
+	}
+	for _, ch := range checks {
+		t.Run(ch.name, func(t *testing.T) {
+			out, code := run(t, c, "root", nil, ch.script)
+			if code != 0 || out != ch.want {
+				t.Errorf("%s: %q (exit %d), want %q", ch.script, out, code, ch.want)
+			}
+		})
+	}
+}
+
+// TestBuildOnGVisor: the build sandboxes of a template run on the gVisor
+// driver as well as on runc (any driver that captures layers), and the
+// template it makes holds the same: checked in a runc sandbox, as one from
+// a runc build is. (No step of fullSpec leaves files in /tmp: under gVisor
+// that is the Sentry's own memory file system, not the writable layer; see
+// docs/drivers.md.)
+func TestBuildOnGVisor(t *testing.T) {
+	e := newEnvOn(t, gvisor.Name, nil)
+	e.mustBuild(t, Request{Name: "full", Spec: fullSpec, ContextPath: fullContext(t)})
+	if n := e.drv.creates.Load(); n == 0 {
+		t.Fatal("no build sandbox was created on the gvisor driver")
+	}
+	c, _ := e.sandbox(t, "t1", "full")
+	checkFull(t, c)
+}
+
+// TestRecoverDestroysLeftovers: a builder's Recover destroys the build
+// sandboxes a dead daemon left (found through the driver's list) and
+// leaves every other sandbox of the driver alone.
+func TestRecoverDestroysLeftovers(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	tmpl := driver.Template{Name: "base", Layers: []string{filepath.Join(e.dataDir, "templates", "base", "1", "rootfs")}}
+	for _, id := range []string{BuildSandboxPrefix + "leftover1", "sbx_notabuild1"} {
+		if _, err := e.runc.Create(ctx, driver.Spec{ID: id, Template: tmpl, Resources: driver.Resources{DiskMB: 64}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.runc.Start(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { e.runc.Destroy(context.Background(), "sbx_notabuild1") })
+	b, err := New(Config{Store: e.st, Templates: e.tmpl, Driver: e.drv, LayerGrace: -1, GCInterval: -1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.runc.Inspect(ctx, BuildSandboxPrefix+"leftover1"); !errdefs.IsNotFound(err) {
+		t.Errorf("leftover build sandbox after Recover: %v, want not found", err)
+	}
+	if st, err := e.runc.Inspect(ctx, "sbx_notabuild1"); err != nil || st.State != driver.StateRunning {
+		t.Errorf("a sandbox that is not a build's after Recover: %+v, %v; want running", st, err)
+	}
 }
 
 func TestRebuildUsesCache(t *testing.T) {

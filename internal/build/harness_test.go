@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/airlockhq/airlock/internal/agentclient"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/driver/gvisor"
 	"github.com/airlockhq/airlock/internal/driver/runc"
 	"github.com/airlockhq/airlock/internal/hostcheck"
 	"github.com/airlockhq/airlock/internal/hostslot"
@@ -48,7 +48,7 @@ func buildAgent(tb testing.TB) string { return testutil.BuildAgent(tb) }
 
 // countingDriver counts the sandboxes a builder creates.
 type countingDriver struct {
-	driver.Driver
+	Driver
 	creates atomic.Int32
 }
 
@@ -69,10 +69,18 @@ type env struct {
 }
 
 // newEnv needs root, runc and debootstrap (or a cached base).
-func newEnv(t testing.TB, mutate func(*Config)) *env {
+func newEnv(t testing.TB, mutate func(*Config)) *env { return newEnvOn(t, runc.Name, mutate) }
+
+// newEnvOn is newEnv with build sandboxes on the driver named runtime
+// (runc or gvisor); the sandboxes the tests start from built templates
+// run on runc.
+func newEnvOn(t testing.TB, runtime string, mutate func(*Config)) *env {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	testutil.RequiresBinary(t, "runc")
+	if runtime == gvisor.Name {
+		testutil.RequiresBinary(t, "runsc")
+	}
 	ctx := context.Background()
 	shared := filepath.Join(testutil.DataDir(), "templates")
 	var progress strings.Builder
@@ -112,13 +120,25 @@ func newEnv(t testing.TB, mutate func(*Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var bd Driver = rd
+	closeBD := func() {}
+	if runtime == gvisor.Name {
+		gd, err := gvisor.New(gvisor.Config{DataDir: filepath.Join(dataDir, "gvisor"), AgentPath: buildAgent(t),
+			CgroupParent: slot.CgroupParent, UIDRangeStart: slot.GVisorUIDStart, MaxSandboxes: 16,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bd, closeBD = gd, func() { gd.Close() }
+	}
 	// Sandboxes (build sandboxes included) must leave nothing: no mount,
 	// loop device, cgroup or file. The template store keeps its layers.
-	leaks := hostcheck.Take(t, append(hostcheck.CgroupRoots(slot.CgroupParent), filepath.Join(dataDir, "sandboxes"))...)
+	leaks := hostcheck.Take(t, append(hostcheck.CgroupRoots(slot.CgroupParent),
+		filepath.Join(dataDir, "sandboxes"), filepath.Join(dataDir, "gvisor", "sandboxes"))...)
 	tmpl := template.NewStore(tdir)
-	cd := &countingDriver{Driver: rd}
+	cd := &countingDriver{Driver: bd}
 	cfg := Config{
-		Store: st, Templates: tmpl, Driver: cd, UpperDir: upperDirIn(filepath.Join(dataDir, "sandboxes")),
+		Store: st, Templates: tmpl, Driver: cd,
 		Resources:  driver.Resources{CPU: 1, MemoryMB: 512, DiskMB: 256, PIDs: 256},
 		LayerGrace: -1, GCInterval: -1, Logger: slog.New(slog.DiscardHandler),
 	}
@@ -134,24 +154,12 @@ func newEnv(t testing.TB, mutate func(*Config)) *env {
 	}
 	t.Cleanup(func() {
 		b.Close()
+		closeBD()
 		rd.Close()
 		st.Close()
 		leaks.AssertNoLeaks(t)
 	})
 	return &env{b: b, st: st, tmpl: tmpl, drv: cd, runc: rd, dataDir: dataDir}
-}
-
-// upperDirIn is the daemon's runc layout lookup (internal/daemon), for the
-// tests of this package.
-func upperDirIn(sandboxes string) UpperDirFunc {
-	return func(id string) (string, template.IDShift, error) {
-		rw := filepath.Join(sandboxes, id, "storage", "rw")
-		fi, err := os.Lstat(rw)
-		if err != nil {
-			return "", template.IDShift{}, err
-		}
-		return filepath.Join(rw, "upper"), template.IDShift{Base: fi.Sys().(*syscall.Stat_t).Uid, Count: 65536}, nil
-	}
 }
 
 // build submits req (tenant t1 unless set) and waits for its end.

@@ -16,11 +16,6 @@ import (
 	"github.com/airlockhq/airlock/internal/template"
 )
 
-// captureExclude are the top-level names of a build sandbox's writable
-// layer that are the runtime's, not the step's: mount points runc makes
-// when a template lacks them, and the agent's directory.
-var captureExclude = []string{"proc", "sys", "dev", ".airlock"}
-
 // buildSandbox is a running build sandbox.
 type buildSandbox struct {
 	b      *Builder
@@ -34,7 +29,7 @@ type buildSandbox struct {
 // Network hook provides. The caller must call destroy.
 func (b *Builder) startSandbox(ctx context.Context, layers []string, network bool) (*buildSandbox, error) {
 	if b.cfg.Driver == nil {
-		return nil, userErr(errdefs.ErrRuntimeUnavailable, "no runtime for build sandboxes on this host (RUN and COPY need the runc driver)")
+		return nil, userErr(errdefs.ErrRuntimeUnavailable, "no runtime for build sandboxes on this host (RUN and COPY need a driver that captures layers: runc or gvisor)")
 	}
 	paths, err := b.tmpl.LayerPaths(layers)
 	if err != nil {
@@ -184,7 +179,9 @@ func describe(res agentproto.ExecResult, timeout time.Duration) string {
 }
 
 // capture stops the sandbox and copies its writable layer into the layer
-// store as key.
+// store as key. The driver says where the layer is, how its owners map and
+// which of its top-level names are the runtime's (mount points it made, the
+// agent's directory), not the step's.
 func (sb *buildSandbox) capture(ctx context.Context, key string, meta template.LayerMeta) (string, template.CaptureStats, error) {
 	b := sb.b
 	sb.client.Close()
@@ -194,7 +191,7 @@ func (sb *buildSandbox) capture(ctx context.Context, key string, meta template.L
 	if err := b.cfg.Driver.Stop(ctx, sb.id, 0); err != nil {
 		return "", template.CaptureStats{}, fmt.Errorf("stopping build sandbox: %w", err)
 	}
-	upper, shift, err := b.cfg.UpperDir(sb.id)
+	layer, err := b.cfg.Driver.WritableLayer(ctx, sb.id)
 	if err != nil {
 		return "", template.CaptureStats{}, fmt.Errorf("locating the build sandbox's layer: %w", err)
 	}
@@ -202,7 +199,8 @@ func (sb *buildSandbox) capture(ctx context.Context, key string, meta template.L
 	if err != nil {
 		return "", template.CaptureStats{}, err
 	}
-	stats, err := template.CaptureUpper(ctx, upper, w.Root(), shift, captureExclude)
+	shift := template.IDShift{Base: layer.UIDBase, Count: layer.IDCount}
+	stats, err := template.CaptureUpper(ctx, layer.Dir, w.Root(), shift, layer.RuntimeNames)
 	if err != nil {
 		w.Discard()
 		return "", stats, fmt.Errorf("capturing the layer: %w", err)

@@ -648,6 +648,42 @@ func TestKeysCommands(t *testing.T) {
 	}
 }
 
+// TestKeysCreateFormat: --format e2b asks the daemon for an e2b_ key and
+// prints it; native is the default and is sent as no field at all (what a
+// daemon before formats accepts); a daemon that ignores the field gets its
+// native key revoked and the command fails.
+func TestKeysCreateFormat(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	r := runCLI(t, srv.URL, "keys", "create", "--tenant", "acme", "--format", "e2b")
+	if r.code != 0 || r.stdout != "e2b_0123456789abcdef0123456789abcdef01234567\n" {
+		t.Errorf("--format e2b: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, srv.URL, "keys", "create", "--tenant", "acme", "--format", "native")
+	if r.code != 0 || r.stdout != "ak_newsecret\n" {
+		t.Errorf("--format native: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, srv.URL, "keys", "create", "--tenant", "acme", "--format", "hex")
+	if r.code != 1 || !strings.Contains(r.stderr, "--format must be native or e2b (usage)") {
+		t.Errorf("--format hex: %d %q", r.code, r.stderr)
+	}
+	f.mu.Lock()
+	got := slices.Clone(f.keyRequests)
+	f.ignoreKeyFormat = true
+	f.mu.Unlock()
+	if len(got) != 2 || got[0].Format != "e2b" || got[1].Format != "" {
+		t.Errorf("requests %+v, want format e2b then none", got)
+	}
+	r = runCLI(t, srv.URL, "keys", "create", "--tenant", "acme", "--format", "e2b")
+	if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "does not issue e2b keys") {
+		t.Errorf("daemon without formats: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !slices.Equal(f.keysDeleted, []string{"key_2"}) {
+		t.Errorf("keys revoked %v, want the native key the daemon made", f.keysDeleted)
+	}
+}
+
 func TestShell(t *testing.T) {
 	f, srv := newFakeAPI(t)
 	f.addSandbox("sbx_1")

@@ -49,6 +49,12 @@ type fakeAPI struct {
 	// builds are templates being built, by name: a create of one answers
 	// template_building until its build was followed to its end.
 	builds map[string]*fakeBuild
+	// keyRequests are the bodies of POST /v1/keys, keysDeleted the ids
+	// DELETE /v1/keys/{id} named; with ignoreKeyFormat the fake acts as a
+	// daemon that drops the format field (it issues a native key).
+	keyRequests     []api.CreateKeyRequest
+	keysDeleted     []string
+	ignoreKeyFormat bool
 }
 
 // fakeBuild is a template build that ends as soon as a client follows it.
@@ -235,7 +241,21 @@ func (f *fakeAPI) routes() http.Handler {
 		if !decodeStrict(w, r, &req) {
 			return
 		}
-		fwriteJSON(w, 201, api.Key{ID: "key_2", Tenant: req.Tenant, Name: req.Name, Key: "ak_newsecret"})
+		f.mu.Lock()
+		f.keyRequests = append(f.keyRequests, req)
+		f.mu.Unlock()
+		secret := "ak_newsecret"
+		switch req.Format {
+		case "", api.KeyFormatNative:
+		case api.KeyFormatE2B:
+			if !f.ignoreKeyFormat {
+				secret = "e2b_0123456789abcdef0123456789abcdef01234567"
+			}
+		default:
+			fwriteErr(w, 400, api.CodeInvalidArgument, "format must be native or e2b", "")
+			return
+		}
+		fwriteJSON(w, 201, api.Key{ID: "key_2", Tenant: req.Tenant, Name: req.Name, Key: secret})
 	})
 	mux.HandleFunc("GET /v1/keys", func(w http.ResponseWriter, r *http.Request) {
 		fwriteJSON(w, 200, api.KeyList{Keys: []api.Key{{ID: "key_1", Tenant: "t1", Name: "ci", Prefix: "ak_go", CreatedAt: time.Now()}}})
@@ -662,7 +682,10 @@ func (f *fakeAPI) moreRoutes(mux *http.ServeMux) {
 		fwriteJSON(w, 202, api.TemplateBuildStarted{BuildID: id, Name: req.Name, Version: 1})
 	})
 	mux.HandleFunc("DELETE /v1/keys/{kid}", func(w http.ResponseWriter, r *http.Request) {
-		if r.PathValue("kid") != "key_1" {
+		f.mu.Lock()
+		f.keysDeleted = append(f.keysDeleted, r.PathValue("kid"))
+		f.mu.Unlock()
+		if r.PathValue("kid") != "key_1" && r.PathValue("kid") != "key_2" {
 			fwriteErr(w, 404, api.CodeNotFound, "key not found", "")
 			return
 		}

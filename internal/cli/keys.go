@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,12 +30,23 @@ func (a *app) newKeysCreateCmd() *cobra.Command {
 		burst int
 	)
 	cmd := &cobra.Command{
-		Use:   "create --tenant TENANT [--name NAME] [--admin] [--rate-limit-rps N --rate-limit-burst N]",
+		Use:   "create --tenant TENANT [--name NAME] [--admin] [--format native|e2b] [--rate-limit-rps N --rate-limit-burst N]",
 		Short: "Create an API key and print its secret (shown this once)",
-		Args:  cobra.NoArgs,
+		Long: "Create an API key and print its secret (shown this once).\n\n" +
+			"--format e2b issues the key as e2b_ and 40 hex digits, the shape E2B's SDKs check\n" +
+			"(the Python SDK refuses other keys unless E2B_VALIDATE_API_KEY=false). Both formats\n" +
+			"are accepted alike by every API of the daemon.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if req.Tenant == "" {
 				return usagef("--tenant is required")
+			}
+			switch req.Format {
+			case api.KeyFormatNative:
+				req.Format = "" // the default; a daemon before formats accepts no field
+			case "", api.KeyFormatE2B:
+			default:
+				return usagef("--format must be %s or %s", api.KeyFormatNative, api.KeyFormatE2B)
 			}
 			// Only flags given set the key's own limit; otherwise the
 			// server's default applies.
@@ -51,6 +64,16 @@ func (a *app) newKeysCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if req.Format == api.KeyFormatE2B && !strings.HasPrefix(k.Key, "e2b_") {
+				// A daemon that ignores the field made a native key: not
+				// what was asked for, so it does not stay.
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 30*time.Second)
+				defer cancel()
+				if err := c.DeleteKey(rctx, k.ID); err != nil {
+					return fmt.Errorf("the daemon issued a native key instead of an e2b one, and revoking it (%s) failed: %w", k.ID, err)
+				}
+				return fmt.Errorf("the daemon does not issue e2b keys (it made a native one, %s, now revoked)", k.ID)
+			}
 			if a.output == "json" {
 				return printJSON(a.stdout, k)
 			}
@@ -64,6 +87,7 @@ func (a *app) newKeysCreateCmd() *cobra.Command {
 	cmd.Flags().StringVar(&req.Tenant, "tenant", "", "tenant the key acts for")
 	cmd.Flags().StringVar(&req.Name, "name", "", "a label for the key")
 	cmd.Flags().BoolVar(&req.Admin, "admin", false, "an admin key (acts on every tenant)")
+	cmd.Flags().StringVar(&req.Format, "format", api.KeyFormatNative, "the secret's shape: native (ak_…) or e2b (e2b_ and hex, for E2B's SDKs)")
 	cmd.Flags().Float64Var(&rps, "rate-limit-rps", 0, "the key's own requests per second (0: no limit; default: the server's)")
 	cmd.Flags().IntVar(&burst, "rate-limit-burst", 0, "the key's own burst (default: the server's)")
 	return cmd

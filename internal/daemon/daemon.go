@@ -41,17 +41,18 @@ import (
 	"github.com/airlockhq/airlock/internal/build"
 	"github.com/airlockhq/airlock/internal/cgroups"
 	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/driver/runc"
-	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/hostslot"
-	"github.com/airlockhq/airlock/internal/interp"
-	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/pkgcache"
-	"github.com/airlockhq/airlock/internal/preview"
+	"github.com/airlockhq/airlock/internal/plane/e2b"
+	"github.com/airlockhq/airlock/internal/plane/httpapi"
+	"github.com/airlockhq/airlock/internal/plane/preview"
 	"github.com/airlockhq/airlock/internal/reaper"
-	"github.com/airlockhq/airlock/internal/server"
+	"github.com/airlockhq/airlock/internal/service"
+	"github.com/airlockhq/airlock/internal/service/netpolicy"
+	"github.com/airlockhq/airlock/internal/service/sandbox"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/template"
 	"github.com/airlockhq/airlock/internal/tracing"
@@ -286,7 +287,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	// (sandbox → tenant, template) is made first, its methods are the
 	// network's sinks, and the manager, made last, is given it too.
 	ncfg, regs := networkConfig(cfg, opts, slot.Names, closed, log)
-	attr := manager.NewAttribution(manager.AttributionConfig{Audit: rec, Registries: regs, Logger: log})
+	attr := netpolicy.NewAttribution(netpolicy.AttributionConfig{Audit: rec, Registries: regs, Logger: log})
 	nm := newNetwork(ncfg, attr, log)
 	if nm != nil {
 		defer nm.Close()
@@ -304,20 +305,20 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 		log.Info("base template ready", "version", t.Version)
 	}
 
-	drivers, rd, closeDrivers := newDrivers(cfg, agentPath, slot.Names, log)
+	drivers, closeDrivers := newDrivers(cfg, agentPath, slot.Names, log)
 	defer closeDrivers()
 
 	var buildNet build.NetworkFunc
-	if nm != nil && rd != nil {
+	if nm != nil {
 		buildNet = buildNetwork(nm, regs, attr)
 	}
-	bld, err := newBuilder(ctx, cfg, st, tmpl, rd, buildNet, log)
+	bld, err := newBuilder(ctx, st, tmpl, drivers, buildNet, log)
 	if err != nil {
 		return err
 	}
 	defer bld.Close()
 
-	metrics := server.NewMetrics(nil)
+	metrics := httpapi.NewMetrics(nil)
 	// The manager hands out preview URLs of the listener as bound (a
 	// configured port 0 is known only now), or none when it is off.
 	mset := cfg
@@ -325,21 +326,23 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	if pln != nil {
 		mset.PreviewListen = pln.Addr().String()
 	}
-	mcfg := manager.Config{
+	// The services (internal/service wires them in their order), then
+	// the planes over them.
+	svc, err := service.New(service.Config{
 		Settings: mset, Store: st, Drivers: drivers, Templates: bld, Builder: bld, Logger: log,
 		Observer: metrics, Audit: rec, Attribution: attr, DefaultNetworkMode: opts.DefaultNetworkMode,
-		Network: manager.NetworkOf(nm), Registries: regs,
-	}
-	m, err := manager.New(mcfg)
+		Network: sandbox.NetworkOf(nm), Registries: regs,
+	})
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	if err := m.Start(ctx); err != nil {
+	// Closed after the server's streams end (serve returns).
+	defer svc.Close()
+	if err := svc.Start(ctx); err != nil {
 		return err
 	}
 	if pln != nil {
-		ph := preview.New(preview.Config{Domain: cfg.PreviewDomain, Backend: m.PreviewBackend(), Logger: log.With("component", "preview")})
+		ph := preview.New(preview.Config{Domain: cfg.PreviewDomain, Backend: svc.Previews.PreviewBackend(), Logger: log.With("component", "preview")})
 		psrv := &http.Server{Handler: ph, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := psrv.Serve(pln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -349,27 +352,23 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 		defer func() { psrv.Close(); ph.Close() }()
 		log.Info("previews", "listen", pln.Addr().String(), "domain", cfg.PreviewDomain)
 	}
-	// The code interpreter (one per manager: it kills kernels it does not
-	// know) and the E2B-compatible planes on the same listener. E2B access
-	// tokens derive from a key kept in the data dir, so they outlive a
-	// restart.
-	code := interp.New(interp.Config{Backend: interp.ManagerBackend(m), Logger: log.With("component", "interp")})
+	// The E2B-compatible planes on the same listener. E2B access tokens
+	// derive from a key kept in the data dir, so they outlive a restart.
 	tokenKey, err := e2b.LoadOrCreateKey(filepath.Join(cfg.DataDir, "e2b-token.key"))
 	if err != nil {
-		code.Close()
 		return err
 	}
 	eh := e2b.New(e2b.Config{
-		Manager: m, Auth: authn, Code: code, Logger: log.With("component", "e2b"), TokenKey: tokenKey, Audit: rec,
+		Sandboxes: svc.Sandboxes, Execs: svc.Execs, Files: svc.Files, Ports: svc.Previews,
+		Auth: authn, Code: svc.Code, Logger: log.With("component", "e2b"), TokenKey: tokenKey, Audit: rec,
 		MaxUploadBytes: cfg.MaxUploadBytes, MaxExecTimeout: time.Duration(cfg.MaxExecTimeoutS) * time.Second,
 	})
-	srv := server.New(server.Config{
-		Manager: m, Auth: authn, Metrics: metrics, Logger: log, Version: version.Version,
-		MaxUploadBytes: cfg.MaxUploadBytes, Audit: rec, Code: code, E2B: eh, Host: hostInfo(slot.Names),
+	srv := httpapi.New(httpapi.Config{
+		Sandboxes: svc.Sandboxes, Execs: svc.Execs, Files: svc.Files, Networks: svc.Networks,
+		Previews: svc.Previews, Accounting: svc.Accounting, Templates: svc.Templates, Code: svc.Code,
+		Auth: authn, Metrics: metrics, Logger: log, Version: version.Version,
+		MaxUploadBytes: cfg.MaxUploadBytes, Audit: rec, E2B: eh, Host: hostInfo(slot.Names),
 	})
-	// After the server's streams end (serve returns) and before the
-	// manager closes (deferred earlier, so it runs later).
-	defer code.Close()
 	return serve(ctx, cfg, ln, srv, log, opts)
 }
 
@@ -436,7 +435,7 @@ func networkConfig(cfg config.Config, opts Options, names hostslot.Names, closed
 // again (audited) or, when it cannot be, its sandbox ends in error
 // network_lost. Without it (ncfg nil, or a host that cannot: not root, no
 // nftables) it returns nil and sandboxes get loopback only.
-func newNetwork(ncfg *network.Config, attr *manager.Attribution, log *slog.Logger) *network.Manager {
+func newNetwork(ncfg *network.Config, attr *netpolicy.Attribution, log *slog.Logger) *network.Manager {
 	if ncfg == nil {
 		return nil
 	}
@@ -476,7 +475,7 @@ func newNetwork(ncfg *network.Config, attr *manager.Attribution, log *slog.Logge
 // buildNetwork gives RUN steps of template builds the package registries
 // (every set that has hosts) through the network's allowlist, and
 // attributes their egress to the build's tenant in the audit trail.
-func buildNetwork(nm *network.Manager, regs map[string][]string, attr *manager.Attribution) build.NetworkFunc {
+func buildNetwork(nm *network.Manager, regs map[string][]string, attr *netpolicy.Attribution) build.NetworkFunc {
 	reg := build.RegistryNetwork(nm, build.AvailableRegistries(regs))
 	return func(ctx context.Context, id string) (build.Network, func(), error) {
 		o, _ := build.OwnerOf(ctx)
@@ -490,22 +489,16 @@ func buildNetwork(nm *network.Manager, regs map[string][]string, attr *manager.A
 	}
 }
 
-// newBuilder makes the template builder: build sandboxes run on the runc
-// driver (rd, nil when it is unavailable) and are captured from runc's
-// layout of the data dir.
-func newBuilder(ctx context.Context, cfg config.Config, st *store.Store, tmpl *template.Store, rd *runc.Driver, netFn build.NetworkFunc, log *slog.Logger) (*build.Builder, error) {
+// newBuilder makes the template builder. Build sandboxes run on the first
+// of drivers that captures layers (driver.LayerCapturer) and is healthy,
+// else on the first that captures layers at all: runc where it is
+// available, gvisor otherwise. Without one, RUN and COPY steps fail with a
+// message saying so.
+func newBuilder(ctx context.Context, st *store.Store, tmpl *template.Store, drivers []driver.Driver, netFn build.NetworkFunc, log *slog.Logger) (*build.Builder, error) {
 	bc := build.Config{Store: st, Templates: tmpl, Logger: log}
-	if rd != nil {
-		sandboxes := filepath.Join(cfg.DataDir, "sandboxes")
-		bc.Driver = rd
-		bc.UpperDir = runcUpperDir(sandboxes)
-		bc.Leftovers = func() ([]string, error) {
-			m, err := filepath.Glob(filepath.Join(sandboxes, build.BuildSandboxPrefix+"*"))
-			for i := range m {
-				m[i] = filepath.Base(m[i])
-			}
-			return m, err
-		}
+	if bd := buildDriver(ctx, drivers); bd != nil {
+		log.Info("template builds", "runtime", bd.Name())
+		bc.Driver = bd
 		// RUN steps reach the package registries (nil without sandbox
 		// networking: a RUN that downloads fails with a message saying so).
 		bc.Network = netFn
@@ -521,29 +514,27 @@ func newBuilder(ctx context.Context, cfg config.Config, st *store.Store, tmpl *t
 	return b, nil
 }
 
-// runcIDCount is the size of a runc sandbox's id range (the daemon gives
-// runc.Config this).
-const runcIDCount = hostslot.IDCount
-
-// runcUpperDir finds a runc sandbox's writable layer where internal/storage
-// puts it (<sandboxes>/<id>/storage/rw/upper). The rw mount is owned by the
-// sandbox's root, which gives the uid shift.
-func runcUpperDir(sandboxes string) build.UpperDirFunc {
-	return func(id string) (string, template.IDShift, error) {
-		rw := filepath.Join(sandboxes, id, "storage", "rw")
-		var st unix.Stat_t
-		if err := unix.Lstat(rw, &st); err != nil {
-			return "", template.IDShift{}, fmt.Errorf("build sandbox %s: %w", id, err)
+// buildDriver picks the driver of build sandboxes (see newBuilder), nil if
+// no driver captures layers.
+func buildDriver(ctx context.Context, drivers []driver.Driver) build.Driver {
+	var first build.Driver
+	for _, d := range drivers {
+		bd, ok := d.(build.Driver)
+		if !ok || !d.Capabilities().LayerCapture {
+			continue
 		}
-		if st.Uid == 0 {
-			return "", template.IDShift{}, fmt.Errorf("build sandbox %s: writable layer owned by root", id)
+		if d.Probe(ctx).State == driver.HealthHealthy {
+			return bd
 		}
-		return filepath.Join(rw, "upper"), template.IDShift{Base: st.Uid, Count: runcIDCount}, nil
+		if first == nil {
+			first = bd
+		}
 	}
+	return first
 }
 
 // serve runs the HTTP server on ln until ctx is done.
-func serve(ctx context.Context, cfg config.Config, ln net.Listener, srv *server.Server, log *slog.Logger, opts Options) error {
+func serve(ctx context.Context, cfg config.Config, ln net.Listener, srv *httpapi.Server, log *slog.Logger, opts Options) error {
 	hs := &http.Server{
 		Handler: srv.Handler(),
 		// Slow-header clients cannot hold connections open forever. There is

@@ -19,8 +19,7 @@ const gvisorProbeTimeout = 30 * time.Second
 
 // newDrivers makes every runtime this host may offer. A runtime that cannot
 // start is left out with a warning (the manager then answers
-// runtime_unavailable for it); rd is the runc driver, which template builds
-// use, or nil. closeAll releases them all.
+// runtime_unavailable for it). closeAll releases them all.
 //
 // gvisor is registered whenever its driver can be made, healthy or not: the
 // manager refuses to create sandboxes on an unhealthy runtime
@@ -29,13 +28,12 @@ const gvisorProbeTimeout = 30 * time.Second
 //
 // The cgroup parent and uid ranges are the host slot's (names): no two
 // daemons' sandboxes share host uids.
-func newDrivers(cfg config.Config, agentPath string, names hostslot.Names, log *slog.Logger) (drivers []driver.Driver, rd *runc.Driver, closeAll func()) {
+func newDrivers(cfg config.Config, agentPath string, names hostslot.Names, log *slog.Logger) (drivers []driver.Driver, closeAll func()) {
 	var closers []func()
 	rd, err := runc.New(runc.Config{DataDir: cfg.DataDir, AgentPath: agentPath, Logger: log, MaxSandboxes: hostslot.UIDRanges,
 		CgroupParent: names.CgroupParent, UIDRangeStart: names.RuncUIDStart, IDCount: hostslot.IDCount})
 	if err != nil {
 		log.Warn("runc driver unavailable", "err", err)
-		rd = nil
 	} else {
 		closers = append(closers, func() { rd.Close() })
 		drivers = append(drivers, rd)
@@ -59,7 +57,7 @@ func newDrivers(cfg config.Config, agentPath string, names hostslot.Names, log *
 			log.Warn("gvisor runtime not usable", "state", h.State, "reason", h.Description)
 		}
 	}
-	return drivers, rd, func() {
+	return drivers, func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}

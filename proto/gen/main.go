@@ -1,6 +1,6 @@
 // Command gen compiles airlock's .proto files (proto/envd) without protoc and
 // runs the pinned protoc-gen-go and protoc-gen-connect-go plugins on them,
-// writing the Go code under internal/e2b/envd.
+// writing the Go code under internal/plane/e2b/envd.
 //
 // It is its own module so that the compiler it needs stays out of airlock's
 // go.mod. Run it from the repository root:

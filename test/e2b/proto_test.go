@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 
-	_ "github.com/airlockhq/airlock/internal/e2b/envd/filesystempb"
-	_ "github.com/airlockhq/airlock/internal/e2b/envd/processpb"
+	_ "github.com/airlockhq/airlock/internal/plane/e2b/envd/filesystempb"
+	_ "github.com/airlockhq/airlock/internal/plane/e2b/envd/processpb"
 )
 
 // fileDescRE finds the serialized descriptors the SDK bundles (protobuf-es

@@ -36,6 +36,10 @@ const (
 	cleanupTimeout = time.Minute
 )
 
+// suiteTTL is the time to live of the suite's sandboxes: longer than any
+// run of the suite.
+const suiteTTL = 2 * time.Hour
+
 // maxDiskMB is the suite daemon's max_resources.disk_mb: the largest
 // writable layer storage accepts (16 TiB), far beyond any host's disk.
 const maxDiskMB = 1 << 24
@@ -177,6 +181,14 @@ type sbx struct {
 func (e *env) create(t testing.TB, tenant, runtime string, req api.CreateSandboxRequest) *sbx {
 	t.Helper()
 	req.Runtime = runtime
+	if req.TimeoutS == nil {
+		// The suite's long-lived sandboxes (the neighbour, the probe) live
+		// as long as a runtime's whole run, which on a loaded machine
+		// outlasts the server's default TTL (300 s): expiry must not be
+		// what ends them.
+		ttl := int64(suiteTTL / time.Second)
+		req.TimeoutS = &ttl
+	}
 	key := e.key(t, tenant)
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()

@@ -17,13 +17,15 @@ import (
 	"github.com/airlockhq/airlock/internal/agentclient"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/hostslot"
 	"github.com/airlockhq/airlock/internal/reaper"
 	"github.com/airlockhq/airlock/internal/template"
 	"github.com/airlockhq/airlock/internal/testutil"
 )
 
 // What every driver package's tests share: the test binary set up as the
-// daemon is, the base template, data dirs, and the cold-start benchmarks.
+// daemon is, the base template, data dirs on host slots of their own, the
+// runtime drivers' common tests (Runtime), and the cold-start benchmarks.
 
 // Main runs a driver package's tests (from its TestMain) as the daemon runs
 // sandboxes: as root the test process is a child subreaper, so detached
@@ -64,6 +66,88 @@ func DataDir(tb testing.TB, prefix string) string {
 	os.Chmod(dir, 0o711)
 	tb.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
+}
+
+// Host is a driver's data dir under test with the host slot claimed for
+// it: a driver the tests make takes the slot's cgroup parent and uid
+// ranges, so that its sandboxes never share a cgroup, a host uid or the
+// parent's task budget with those of a daemon serving on this host, or of
+// another test's driver.
+type Host struct {
+	DataDir string
+	hostslot.Names
+}
+
+// NewHost makes a data dir (DataDir) and claims a host slot for it
+// (hostslot.Acquire), released at the end of tb, before the dir is
+// removed.
+func NewHost(tb testing.TB, prefix string) Host {
+	tb.Helper()
+	dir := DataDir(tb, prefix)
+	claim, err := hostslot.Acquire(dir, hostslot.Options{})
+	if err != nil {
+		tb.Fatalf("host slot for %s: %v", dir, err)
+	}
+	tb.Cleanup(claim.Release)
+	return Host{DataDir: dir, Names: claim.Names}
+}
+
+// Runtime is what the tests of a runtime's driver package (runc, gvisor)
+// have in common, said once: the binary they need, how the package makes
+// its driver on a Host, and the flags of the bare run its cold start is
+// compared with. Each package's own tests are its own files.
+type Runtime struct {
+	// Name is the driver's name: data dirs are named after it.
+	Name string
+	// Binary is the runtime's executable the tests need on PATH.
+	Binary string
+	// BareArgs are the runtime's flags of BenchBareRun.
+	BareArgs []string
+	// Open makes the package's driver on h, closed at the end of tb.
+	Open func(tb testing.TB, h Host) driver.Driver
+}
+
+// Require skips tb unless it runs as root with the runtime's binary.
+func (r Runtime) Require(tb testing.TB) {
+	tb.Helper()
+	testutil.RequiresRoot(tb)
+	testutil.RequiresBinary(tb, r.Binary)
+}
+
+// Host is NewHost for the runtime's driver.
+func (r Runtime) Host(tb testing.TB) Host {
+	tb.Helper()
+	return NewHost(tb, r.Name)
+}
+
+// Conformance runs the suite (Run) on the driver Open makes on a host of
+// its own, from the base template, with a second driver on the same host
+// for the Recover case (a daemon restart) and the data dir as the
+// teardown case's leak root.
+func (r Runtime) Conformance(t *testing.T, opts ...Option) {
+	r.Require(t)
+	tmpl := BaseTemplate(t)
+	h := r.Host(t)
+	d := r.Open(t, h)
+	opts = append([]Option{
+		WithReopen(func(t *testing.T) driver.Driver { return r.Open(t, h) }),
+		WithLeakRoots(h.DataDir),
+	}, opts...)
+	Run(t, d, tmpl, opts...)
+}
+
+// BenchColdCreate is BenchColdCreate of the runtime's driver on a host of
+// its own, to be read against BenchBareRun in the same run.
+func (r Runtime) BenchColdCreate(b *testing.B) {
+	r.Require(b)
+	tmpl := BaseTemplate(b)
+	BenchColdCreate(b, r.Open(b, r.Host(b)), tmpl)
+}
+
+// BenchBareRun is BenchBareRun of the runtime's binary with BareArgs.
+func (r Runtime) BenchBareRun(b *testing.B) {
+	r.Require(b)
+	BenchBareRun(b, r.Binary, r.BareArgs, BaseTemplate(b), r.Host(b).CgroupParent)
 }
 
 // BenchColdCreate measures create + start + first exec of `true` +
@@ -116,25 +200,39 @@ func BenchColdCreate(b *testing.B, d driver.Driver, tmpl driver.Template) {
 }
 
 // BenchBareRun is a plain `<binary> <global…> run` of /bin/true on tmpl's
-// top layer, as root without user namespace or limits: the floor a
-// driver's cold start is compared with (runc; runsc with its platform and
-// --network=none).
-func BenchBareRun(b *testing.B, binary string, global []string, tmpl driver.Template) {
+// top layer, as root without user namespace or limits, in a cgroup under
+// cgroupParent: the floor a driver's cold start is compared with (runc;
+// runsc with its platform and --network=none).
+func BenchBareRun(b *testing.B, binary string, global []string, tmpl driver.Template, cgroupParent string) {
 	dir := DataDir(b, "bare-"+filepath.Base(binary))
 	bundle := filepath.Join(dir, "bundle")
 	os.MkdirAll(bundle, 0o700)
-	spec := fmt.Sprintf(`{"ociVersion":"1.0.2","process":{"user":{"uid":0,"gid":0},"args":["/bin/true"],"env":["PATH=/usr/bin:/bin"],"cwd":"/"},
-"root":{"path":%q,"readonly":true},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/dev","type":"tmpfs","source":"tmpfs","options":["nosuid","mode=755"]}],
-"linux":{"namespaces":[{"type":"pid"},{"type":"mount"},{"type":"ipc"},{"type":"uts"},{"type":"network"}]}}`, tmpl.Layers[len(tmpl.Layers)-1])
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(spec), 0o600); err != nil {
+	root := filepath.Join(dir, "state")
+	out, err := os.OpenFile(filepath.Join(dir, "output"), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
 		b.Fatal(err)
 	}
-	root := filepath.Join(dir, "state")
+	defer out.Close()
 	for i := 0; b.Loop(); i++ {
+		spec := fmt.Sprintf(`{"ociVersion":"1.0.2","process":{"user":{"uid":0,"gid":0},"args":["/bin/true"],"env":["PATH=/usr/bin:/bin"],"cwd":"/"},
+"root":{"path":%q,"readonly":true},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/dev","type":"tmpfs","source":"tmpfs","options":["nosuid","mode=755"]}],
+"linux":{"cgroupsPath":%q,"namespaces":[{"type":"pid"},{"type":"mount"},{"type":"ipc"},{"type":"uts"},{"type":"network"}]}}`,
+			tmpl.Layers[len(tmpl.Layers)-1], fmt.Sprintf("/%s/bare%d", cgroupParent, i))
+		if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(spec), 0o600); err != nil {
+			b.Fatal(err)
+		}
 		args := append([]string{"--root", root}, global...)
 		cmd := exec.Command(binary, append(args, "run", "--bundle", bundle, fmt.Sprintf("bare%d", i))...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("%s run: %v\n%s", binary, err, out)
+		// A file, never a pipe, as the daemon gives a runtime: the
+		// sandbox's processes inherit it, and a pipe would be waited on
+		// until the last of them closes it.
+		if err := out.Truncate(0); err != nil {
+			b.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Run(); err != nil {
+			msg, _ := os.ReadFile(out.Name())
+			b.Fatalf("%s run: %v\n%s", binary, err, msg)
 		}
 	}
 }
@@ -202,19 +300,4 @@ func Output(t *testing.T, c *agentclient.Client, shell string) string {
 			out.Write(ev.Data)
 		}
 	}
-}
-
-// RunOn runs the suite (Run) on the driver open builds on a fresh data dir
-// named after prefix, from the base template, with a second driver open
-// builds on the same dir for the Recover case (a daemon restart) and the
-// data dir as the teardown case's leak root.
-func RunOn(t *testing.T, prefix string, open func(tb testing.TB, dataDir string) driver.Driver, opts ...Option) {
-	tmpl := BaseTemplate(t)
-	dataDir := DataDir(t, prefix)
-	d := open(t, dataDir)
-	opts = append([]Option{
-		WithReopen(func(t *testing.T) driver.Driver { return open(t, dataDir) }),
-		WithLeakRoots(dataDir),
-	}, opts...)
-	Run(t, d, tmpl, opts...)
 }

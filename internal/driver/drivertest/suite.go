@@ -63,6 +63,7 @@ func Run(t *testing.T, d driver.Driver, tmpl driver.Template, opts ...Option) {
 			// Without a boundary there is nothing to freeze.
 			{"PauseResume", testPauseResume, true},
 			{"StopStart", testStopStart, false},
+			{"TarIn", testTarIn, false},
 			{"LayerCapture", testLayerCapture, false},
 		}
 		for _, tc := range cases {
@@ -831,6 +832,68 @@ func testRecover(t *testing.T, d driver.Driver, tmpl driver.Template, reopen fun
 	dead.d = d2
 	if _, err := d2.Inspect(ctx, dead.id); !errdefs.IsNotFound(err) {
 		t.Errorf("Inspect after Destroy = %v, want not found", err)
+	}
+}
+
+// testTarIn: an archive unpacks in the sandbox as it was made: a
+// directory, files with their modes and times, a symlink and a hard link,
+// owned by the user who unpacked it (the agent's TarIn, which file uploads
+// and template builds' COPY steps use, on the driver's kernel).
+func testTarIn(t *testing.T, d driver.Driver, tmpl driver.Template) {
+	s := create(t, d, tmpl, driver.Resources{})
+	ctx := ctxT(t)
+	mtime := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range []struct {
+		h    tar.Header
+		body string
+	}{
+		{tar.Header{Name: "dir/", Mode: 0o750, Typeflag: tar.TypeDir, ModTime: mtime}, ""},
+		{tar.Header{Name: "dir/run.sh", Mode: 0o755, Typeflag: tar.TypeReg, ModTime: mtime}, "#!/bin/sh\necho ran\n"},
+		{tar.Header{Name: "dir/link", Linkname: "run.sh", Typeflag: tar.TypeSymlink, ModTime: mtime}, ""},
+		{tar.Header{Name: "dir/hard", Linkname: "dir/run.sh", Typeflag: tar.TypeLink, ModTime: mtime}, ""},
+	} {
+		e.h.Size = int64(len(e.body))
+		if err := tw.WriteHeader(&e.h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(e.body))
+	}
+	tw.Close()
+	if err := s.c.TarIn(ctx, "/home/user/untar", "", &buf); err != nil {
+		t.Fatalf("TarIn: %v", err)
+	}
+	uid, err := strconv.ParseUint(strings.TrimSpace(s.mustSh(t, "", "id -u")), 10, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct {
+		path, typ string
+		mode      uint32
+	}{
+		{"/home/user/untar/dir", agentproto.FileTypeDir, 0o750},
+		{"/home/user/untar/dir/run.sh", agentproto.FileTypeFile, 0o755},
+		{"/home/user/untar/dir/hard", agentproto.FileTypeFile, 0o755},
+		{"/home/user/untar/dir/link", agentproto.FileTypeSymlink, 0},
+	} {
+		fi, err := s.c.Stat(ctx, f.path, "")
+		if err != nil {
+			t.Errorf("Stat %s: %v", f.path, err)
+			continue
+		}
+		if fi.Type != f.typ || (f.mode != 0 && fi.Mode&0o7777 != f.mode) {
+			t.Errorf("%s: %s mode %o, want %s %o", f.path, fi.Type, fi.Mode, f.typ, f.mode)
+		}
+		if f.typ != agentproto.FileTypeSymlink && !fi.ModTime.Equal(mtime) {
+			t.Errorf("%s: modified %v, want the archive's %v", f.path, fi.ModTime, mtime)
+		}
+		if uint64(fi.Uid) != uid {
+			t.Errorf("%s: owner %d, want the default user's %d", f.path, fi.Uid, uid)
+		}
+	}
+	if got := s.readFile(t, "/home/user/untar/dir/hard"); got != "#!/bin/sh\necho ran\n" {
+		t.Errorf("hard link holds %q", got)
 	}
 }
 

@@ -147,7 +147,7 @@ func startAttached(t *testing.T, d *Driver, tmpl driver.Template, id string, att
 func newNetManager(t *testing.T, w *netWorld) *network.Manager {
 	t.Helper()
 	nm, err := network.New(network.Config{
-		StateDir:  filepath.Join(newDataDir(t), "network"),
+		StateDir:  filepath.Join(drivertest.DataDir(t, Name), "network"),
 		HostNetNS: w.host.Path(),
 		Upstream:  []string{nDNS + ":53"},
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -185,7 +185,7 @@ func TestNetworkAllowlist(t *testing.T) {
 	tmpl := drivertest.BaseTemplate(t)
 	w := newNetWorld(t)
 	nm := newNetManager(t, w)
-	d := newDriver(t, newDataDir(t))
+	d := newDriver(t, newHost(t))
 	const id = "sbx_gnetallow"
 	att := attach(t, nm, id, network.Policy{Mode: network.ModeAllowlist, Allow: []string{"allowed.test"}})
 	c := startAttached(t, d, tmpl, id, att)
@@ -246,7 +246,7 @@ func TestNetworkNoneInNamespace(t *testing.T) {
 	tmpl := drivertest.BaseTemplate(t)
 	w := newNetWorld(t)
 	nm := newNetManager(t, w)
-	d := newDriver(t, newDataDir(t))
+	d := newDriver(t, newHost(t))
 	const id = "sbx_gnetnone"
 	att := attach(t, nm, id, network.Policy{Mode: network.ModeNone})
 	c := startAttached(t, d, tmpl, id, att)
@@ -268,6 +268,15 @@ print("OK", c.recv(2).decode())`}
 	}
 	if out := execOut(t, c, []string{"cat", "/proc/net/dev"}); strings.Contains(out, "eth0") {
 		t.Fatalf("mode none shows an interface: %q", out)
+	}
+	// Loopback only: runsc ran without its netstack and without entering
+	// the namespace, and its commands reach it from the daemon's.
+	st, err := d.LoadState(id)
+	if err != nil || !slices.Equal(st.RunArgs, []string{flagNoNet}) {
+		t.Errorf("run args of a sandbox whose namespace has loopback only: %v (%v), want [%s]", st.RunArgs, err, flagNoNet)
+	}
+	if ss, err := d.Inspect(context.Background(), id); err != nil || ss.State != driver.StateRunning {
+		t.Errorf("Inspect = %+v, %v; want running", ss, err)
 	}
 }
 
@@ -388,20 +397,36 @@ func stripAddrs(name string) error {
 	return nil
 }
 
+// TestRunArgs: gVisor's netstack, started inside the namespace, for a
+// sandbox whose namespace has an interface; loopback only, from the
+// daemon's namespaces, for one without a namespace or whose namespace has
+// loopback only.
 func TestRunArgs(t *testing.T) {
+	requireHost(t)
+	d := newDriver(t, newHost(t))
+	bare := fakenet.New(t, "bare")
+	wired := fakenet.New(t, "wired")
+	peer := fakenet.New(t, "peer")
+	fakenet.Link(t, wired, "eth0", netip.MustParsePrefix("10.99.1.2/30"), peer, "eth0", netip.MustParsePrefix("10.99.1.1/30"))
 	tests := []struct {
 		name  string
 		netns string
 		want  string
 	}{
 		{"fresh_namespace", "", flagNoNet},
-		{"prepared_namespace", "/run/airlock/netns/sbx_a", flagNetstack},
+		{"loopback_only_namespace", bare.Path(), flagNoNet},
+		{"namespace_with_an_interface", wired.Path(), flagNetstack},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := (&Driver{}).RunArgs(&State{ID: "sbx_a", NetNS: tc.netns})
+			st := &State{ID: "sbx_a", Dir: t.TempDir(), NetNS: tc.netns}
+			got, err := d.RunArgs(st)
 			if err != nil || !slices.Equal(got, []string{tc.want}) {
 				t.Fatalf("RunArgs = %v, %v; want [%s]", got, err, tc.want)
+			}
+			st.RunArgs = got
+			if netstack(st) != (tc.want == flagNetstack) {
+				t.Errorf("netstack(%v) = %v", got, netstack(st))
 			}
 		})
 	}

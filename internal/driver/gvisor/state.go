@@ -20,19 +20,33 @@ import (
 // restoreAddrs).
 type State = oci.State
 
-// RunArgs chooses runsc's network stack. A sandbox that joins a namespace
-// the daemon prepared gets gVisor's own stack (netstack) on that
-// namespace's interfaces: its packets leave through the namespace's veth,
-// where the network layer's resolver, proxy and filter (all on the host
-// side) apply as to a runc sandbox; in mode none the namespace has only
-// loopback, and so has the sandbox. Launch starts runsc from inside the
-// namespace. A sandbox without one gets loopback only.
+// RunArgs chooses runsc's network stack for the sandbox's next run. A
+// sandbox that joins a namespace the daemon prepared, with an interface in
+// it, gets gVisor's own stack (netstack) on that namespace's interfaces:
+// its packets leave through the namespace's veth, where the network
+// layer's resolver, proxy and filter (all on the host side) apply as to a
+// runc sandbox, and Launch starts runsc from inside the namespace. A
+// sandbox without one, or whose namespace has loopback only (network mode
+// none), gets gVisor's loopback only (--network=none), started from the
+// daemon's own namespaces: the same sandbox, without the namespace dance
+// of Launch and with runsc's commands run as they are (Control). A
+// namespace that gains an interface later (a PUT …/network from none) is
+// used from the sandbox's next start on.
 //
 // runsc's other way, the host kernel's stack (--network=host), cannot work
 // here: it runs the Sentry in the bundle's user namespace as the unmapped
 // host root, without the capabilities to set up its chroot (EPERM).
 func (d *Driver) RunArgs(st *State) ([]string, error) {
 	if st.NetNS == "" {
+		return []string{flagNoNet}, nil
+	}
+	// What runsc stripped from the namespace in an earlier run is put
+	// back first, so that the interfaces are seen for what they are.
+	links, err := restoreAddrs(st.NetNS, filepath.Join(st.Dir, netConfigName))
+	if err != nil {
+		return nil, err
+	}
+	if links == 0 {
 		return []string{flagNoNet}, nil
 	}
 	return []string{flagNetstack}, nil
@@ -50,9 +64,6 @@ func netstack(st *State) bool {
 func (d *Driver) Launch(cmd *exec.Cmd, st *State) error {
 	if !netstack(st) {
 		return cmd.Run()
-	}
-	if _, err := restoreAddrs(st.NetNS, filepath.Join(st.Dir, netConfigName)); err != nil {
-		return err
 	}
 	visible := filepath.Join(st.Dir, procDirName)
 	if err := os.Mkdir(visible, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {

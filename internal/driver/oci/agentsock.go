@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -208,8 +209,8 @@ func checkPeer(conn net.Conn, want peer) error {
 // there, which a restarted daemon reconnects to. The directory is a 16 KiB
 // tmpfs (so no way around the disk quota), the sandbox root's (its uid
 // base), mode 0700, mounted into no other sandbox, so no other sandbox can
-// reach it, and handed to host root once the agent listens
-// (sealSocketDir); a symlink or anything but a socket there is refused
+// reach it, and handed to host root once the agent answers
+// (sealSocketDir, sealOnReply); a symlink or anything but a socket there is refused
 // (dialAgentSocket); DialAgent checks that the peer runs as this
 // sandbox's uid base and is a process of its cgroup.
 type SharedDirSocket struct{}
@@ -245,11 +246,57 @@ func (SharedDirSocket) dial(ctx context.Context, st *State, _ int, g *cgroups.Gr
 	if err != nil {
 		return nil, err
 	}
-	if err := sealSocketDir(sd, st.UIDBase, true); err != nil {
-		conn.Close()
-		return nil, err
+	sealed, err := socketDirSealed(sd)
+	if err != nil || sealed {
+		if err != nil {
+			conn.Close()
+		}
+		return conn, err
 	}
-	return conn, nil
+	// The proxy accepts on the host as soon as the agent has bound its
+	// socket, before the agent is done with it (it still sets the
+	// socket's mode, which fails in a sealed dir and ends the agent): the
+	// dir is sealed once the agent answers, which is after that and
+	// before anything of the caller's can run in the sandbox.
+	return sealOnReply(conn.(*net.UnixConn), func() error { return sealSocketDir(sd, st.UIDBase, true) }), nil
+}
+
+// socketDirSealed reports whether dir is sealed (host root's, 0755).
+func socketDirSealed(dir string) (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return false, fmt.Errorf("agent socket dir: %w", err)
+	}
+	return st.Uid == 0 && st.Mode&0o777 == 0o755, nil
+}
+
+// sealOnReply returns conn, which calls seal once before it hands out the
+// first bytes the peer sent; if seal fails, conn is closed and its reads
+// fail with seal's error.
+func sealOnReply(conn *net.UnixConn, seal func() error) net.Conn {
+	return &sealingConn{UnixConn: conn, seal: seal}
+}
+
+type sealingConn struct {
+	*net.UnixConn
+	once sync.Once
+	seal func() error
+	err  error
+}
+
+func (c *sealingConn) Read(p []byte) (int, error) {
+	n, err := c.UnixConn.Read(p)
+	if n > 0 {
+		c.once.Do(func() {
+			if c.err = c.seal(); c.err != nil {
+				c.UnixConn.Close()
+			}
+		})
+		if c.err != nil {
+			return 0, c.err
+		}
+	}
+	return n, err
 }
 
 // socketDirSize bounds the socket dir's tmpfs: while the agent starts the
@@ -258,7 +305,7 @@ func (SharedDirSocket) dial(ctx context.Context, st *State, _ int, g *cgroups.Gr
 const socketDirSize = "size=16k,nr_inodes=16"
 
 // sealSocketDir hands the socket dir to host root, mode 0755 (ro true), or
-// back to the sandbox's root, uid, mode 0700. Once the agent listens,
+// back to the sandbox's root, uid, mode 0700. Once the agent answers,
 // nothing needs to write there, and a dir of host root, a uid the
 // sandbox's user namespace does not map, keeps even root inside (the
 // runtime's file proxy acts as the sandbox's root) from replacing the

@@ -39,9 +39,11 @@ func (d *testDriver) KillAll(ctx context.Context, id string, pid int) error {
 }
 func (*testDriver) ClearStopped(context.Context, string) error { return nil }
 
-// testConfig is the core's config of the tests on dataDir with runc.
-func testConfig(dataDir string) Config {
-	return Config{Name: "runc", Binary: "runc", DataDir: dataDir, Logger: slog.New(slog.DiscardHandler)}
+// testConfig is the core's config of the tests on h with runc: its data
+// dir, cgroup parent and runc uid ranges.
+func testConfig(h drivertest.Host) Config {
+	return Config{Name: "runc", Binary: "runc", DataDir: h.DataDir, CgroupParent: h.CgroupParent, UIDRangeStart: h.RuncUIDStart,
+		Logger: slog.New(slog.DiscardHandler)}
 }
 
 // newTestCore builds a driver on cfg, closed at the end of tb.
@@ -57,15 +59,15 @@ func newTestCore(tb testing.TB, cfg Config) *testDriver {
 	return d
 }
 
-// newCore builds a driver with runc and the test agent on dataDir.
-func newCore(tb testing.TB, dataDir string) *testDriver {
+// newCore builds a driver with runc and the test agent on h.
+func newCore(tb testing.TB, h drivertest.Host) *testDriver {
 	tb.Helper()
-	cfg := testConfig(dataDir)
+	cfg := testConfig(h)
 	cfg.AgentPath = testutil.BuildAgent(tb)
 	return newTestCore(tb, cfg)
 }
 
-func newDataDir(tb testing.TB) string { return drivertest.DataDir(tb, "oci") }
+func newHost(tb testing.TB) drivertest.Host { return drivertest.NewHost(tb, "oci") }
 
 func requireHost(tb testing.TB) {
 	tb.Helper()

@@ -30,8 +30,7 @@ import (
 func TestAgentSocket(t *testing.T) {
 	requireHost(t)
 	tmpl := drivertest.BaseTemplate(t)
-	dataDir := newDataDir(t)
-	d := newCore(t, dataDir)
+	d := newCore(t, newHost(t))
 	id := "sbx_sock" + strconv.Itoa(os.Getpid())
 	c := drivertest.Started(t, d, driver.Spec{ID: id, Template: tmpl})
 	runDir := filepath.Join(d.Dir(id), runDirName)
@@ -144,7 +143,7 @@ func TestAgentSocket(t *testing.T) {
 func TestAgentLogBounded(t *testing.T) {
 	requireHost(t)
 	tmpl := drivertest.BaseTemplate(t)
-	d := newCore(t, newDataDir(t))
+	d := newCore(t, newHost(t))
 	const quotaMB = 16
 	for _, tc := range []struct {
 		name  string
@@ -220,7 +219,7 @@ func TestAgentLogBounded(t *testing.T) {
 func TestSandboxRlimits(t *testing.T) {
 	requireHost(t)
 	tmpl := drivertest.BaseTemplate(t)
-	d := newCore(t, newDataDir(t))
+	d := newCore(t, newHost(t))
 	c := drivertest.Started(t, d, driver.Spec{ID: "sbx_rlim" + strconv.Itoa(os.Getpid()), Template: tmpl})
 	want := nofileLimit()
 	got := strings.Fields(drivertest.Output(t, c, "ulimit -Sn; ulimit -Hn; ulimit -Sn "+strconv.FormatUint(want.Hard, 10)+" && echo raised; ulimit -Hn "+strconv.FormatUint(want.Hard+1, 10)+" 2>/dev/null || echo capped"))
@@ -258,7 +257,7 @@ func TestHostLimits(t *testing.T) {
 			parent := "airlock-test-limits-" + strconv.Itoa(os.Getpid())
 			g := h.Group(parent)
 			t.Cleanup(func() { g.Remove(context.Background()) })
-			cfg := testConfig(newDataDir(t))
+			cfg := testConfig(newHost(t))
 			cfg.AgentPath, cfg.CgroupParent, cfg.HostPIDs = "/bin/true", parent, tc.pids
 			newTestCore(t, cfg)
 			if n, err := g.PIDsMax(); err != nil || n != tc.want {
@@ -358,9 +357,9 @@ func TestAdmitDisk(t *testing.T) {
 func TestDiskAdmission(t *testing.T) {
 	requireHost(t)
 	tmpl := drivertest.BaseTemplate(t)
-	dataDir := newDataDir(t)
-	d := newCore(t, dataDir)
-	snap := hostcheckTake(t, dataDir)
+	h := newHost(t)
+	d := newCore(t, h)
+	snap := hostcheckTake(t, h.DataDir)
 	// 4 GiB free on a 10 GiB file system: 3 GiB can be promised.
 	d.statfs = fakeDisk(10<<30, 4<<30)
 	ctx := context.Background()
@@ -430,9 +429,9 @@ func BenchmarkAdmitDisk(b *testing.B) {
 func TestDestroyHalfCreated(t *testing.T) {
 	requireHost(t)
 	tmpl := drivertest.BaseTemplate(t)
-	dataDir := newDataDir(t)
-	d := newCore(t, dataDir)
-	snap := hostcheckTake(t, dataDir)
+	h := newHost(t)
+	d := newCore(t, h)
+	snap := hostcheckTake(t, h.DataDir)
 	ctx := context.Background()
 	id := "sbx_half" + strconv.Itoa(os.Getpid())
 	slot, err := d.slots.alloc(id)
@@ -448,7 +447,7 @@ func TestDestroyHalfCreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A new driver instance, as after the crash.
-	d2 := newCore(t, dataDir)
+	d2 := newCore(t, h)
 	if err := d2.Destroy(ctx, id); err != nil {
 		t.Fatalf("Destroy: %v", err)
 	}

@@ -17,6 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/mountinfo"
@@ -111,9 +113,6 @@ func (c *Core) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle, 
 	var sysDir string
 	if spec.NetNSPath != "" {
 		sysDir = filepath.Join(dir, sysDirName)
-		if err := mountNetnsSysfs(spec.NetNSPath, sysDir); err != nil {
-			return nil, err
-		}
 	}
 	spec.Resources = res
 	t2 := time.Now()
@@ -128,6 +127,13 @@ func (c *Core) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle, 
 	}
 	if err := c.rt.EditBundle(s, spec, dir); err != nil {
 		return nil, fmt.Errorf("adapting bundle: %w", err)
+	}
+	// The joined namespace's sysfs, if the bundle still binds it (runsc
+	// mounts a /sys of its own).
+	if sysDir != "" && slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool { return m.Source == sysDir }) {
+		if err := mountNetnsSysfs(spec.NetNSPath, sysDir); err != nil {
+			return nil, err
+		}
 	}
 	if err := writeSpec(dir, s); err != nil {
 		return nil, fmt.Errorf("writing bundle: %w", err)
@@ -459,13 +465,14 @@ func (c *Core) Inspect(ctx context.Context, id string) (driver.Status, error) {
 }
 
 // dialRetry is the pause between connection attempts while the agent
-// starts: it listens a few milliseconds after init runs, and an attempt
-// costs microseconds, so polling finely keeps the start fast. After
-// dialFastTries the pause grows to dialRetryMax for an agent that is slow.
+// starts: it listens a few milliseconds after init runs (runc), or a
+// hundred or two under gVisor's ptrace platform, and an attempt costs
+// microseconds, so polling finely for dialFastFor keeps the start fast.
+// After that the pause grows to dialRetryMax for an agent that is slow.
 const (
-	dialRetry     = 500 * time.Microsecond
-	dialFastTries = 100
-	dialRetryMax  = 20 * time.Millisecond
+	dialRetry    = 500 * time.Microsecond
+	dialFastFor  = 500 * time.Millisecond
+	dialRetryMax = 20 * time.Millisecond
 )
 
 // DialAgent connects to the agent's socket, retrying until ctx is done
@@ -484,8 +491,8 @@ func (c *Core) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 		return nil, err
 	}
 	g := c.cg.Group(st.Cgroup)
-	wait := dialRetry
-	for try := 0; ; try++ {
+	wait, fastUntil := dialRetry, time.Now().Add(dialFastFor)
+	for {
 		initPid := st.Pid
 		p := c.Init(id)
 		if p != nil {
@@ -513,7 +520,7 @@ func (c *Core) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 			return nil, fmt.Errorf("%w: connecting to sandbox %s agent: %v", errdefs.ErrUnavailable, id, ctx.Err())
 		case <-time.After(wait):
 		}
-		if try >= dialFastTries && wait < dialRetryMax {
+		if wait < dialRetryMax && time.Now().After(fastUntil) {
 			wait *= 2
 		}
 	}

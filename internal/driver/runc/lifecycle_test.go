@@ -29,7 +29,7 @@ import (
 func TestInitExitStatus(t *testing.T) {
 	requireHost(t)
 	tmpl := drivertest.BaseTemplate(t)
-	d := newDriver(t, newDataDir(t))
+	d := newDriver(t, newHost(t))
 	id := "sbx_exit" + strconv.Itoa(os.Getpid())
 	drivertest.Started(t, d, driver.Spec{ID: id, Template: tmpl})
 	ctx := context.Background()
@@ -68,7 +68,7 @@ func TestWithoutSubreaper(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reaper.Enable() })
-	d := newDriver(t, newDataDir(t))
+	d := newDriver(t, newHost(t))
 	id := "sbx_noreaper" + strconv.Itoa(os.Getpid())
 	c := drivertest.Started(t, d, driver.Spec{ID: id, Template: tmpl})
 	if out := drivertest.Output(t, c, "echo ok"); out != "ok\n" {
@@ -110,7 +110,7 @@ func TestJoinNetNS(t *testing.T) {
 	if out, err := exec.Command(ip, "-n", name, "link", "add", "airlockdummy0", "type", "veth", "peer", "name", "airlockdummy1").CombinedOutput(); err != nil {
 		testutil.HostLacks(t, "no veth interfaces: %v: %s", err, out)
 	}
-	d := newDriver(t, newDataDir(t))
+	d := newDriver(t, newHost(t))
 	c := drivertest.Started(t, d, driver.Spec{ID: "sbx_netns" + strconv.Itoa(os.Getpid()), Template: tmpl, NetNSPath: filepath.Join("/run/netns", name)})
 	out := drivertest.Output(t, c, "cat /proc/net/dev; ls /sys/class/net")
 	if strings.Count(out, "airlockdummy") != 4 {
@@ -129,7 +129,7 @@ func TestJoinNetNS(t *testing.T) {
 func TestOwnNetNS(t *testing.T) {
 	requireHost(t)
 	tmpl := drivertest.BaseTemplate(t)
-	d := newDriver(t, newDataDir(t))
+	d := newDriver(t, newHost(t))
 	c := drivertest.Started(t, d, driver.Spec{ID: "sbx_ownnet" + strconv.Itoa(os.Getpid()), Template: tmpl})
 	out := drivertest.Output(t, c, "ls /sys/class/net; cat /sys/class/net/lo/operstate /sys/class/net/lo/flags")
 	f := strings.Fields(out)
@@ -147,7 +147,7 @@ func TestOwnNetNS(t *testing.T) {
 func TestSandboxHardening(t *testing.T) {
 	requireHost(t)
 	tmpl := drivertest.BaseTemplate(t)
-	d := newDriver(t, newDataDir(t))
+	d := newDriver(t, newHost(t))
 	t.Setenv("AIRLOCK_SECRET_TEST_VAR", "leak")
 	c := drivertest.Started(t, d, driver.Spec{ID: "sbx_hard" + strconv.Itoa(os.Getpid()), Template: tmpl})
 	status := drivertest.Output(t, c, "grep -E '^(Seccomp|NoNewPrivs|CapEff|CapBnd|CapAmb):' /proc/1/status")
@@ -255,7 +255,7 @@ func TestProbeProblems(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.DataDir = newDataDir(t)
+			tc.cfg = hostConfig(newHost(t), tc.cfg)
 			tc.cfg.Logger = slog.New(slog.DiscardHandler)
 			d, err := New(tc.cfg)
 			if err != nil {
@@ -287,8 +287,8 @@ func safeDevice(mm string) bool {
 func TestDestroyAfterRestart(t *testing.T) {
 	requireHost(t)
 	tmpl := drivertest.BaseTemplate(t)
-	dataDir := newDataDir(t)
-	d := newDriver(t, dataDir)
+	h := newHost(t)
+	d := newDriver(t, h)
 	ctx := context.Background()
 	id := "sbx_restart" + strconv.Itoa(os.Getpid())
 	if _, err := d.Create(ctx, driver.Spec{ID: id, Template: tmpl}); err != nil {
@@ -302,7 +302,7 @@ func TestDestroyAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Close()
-	d2 := newDriver(t, dataDir)
+	d2 := newDriver(t, h)
 	if err := d2.Destroy(ctx, id); err != nil {
 		t.Fatalf("Destroy: %v", err)
 	}

@@ -15,7 +15,7 @@ import (
 func TestOOMKills(t *testing.T) {
 	requireHost(t)
 	tmpl := drivertest.BaseTemplate(t)
-	d := newDriver(t, newDataDir(t))
+	d := newDriver(t, newHost(t))
 	ctx := context.Background()
 	const id = "sbx_oomkills"
 	if _, err := d.OOMKills(ctx, id); !errdefs.IsNotFound(err) {

@@ -82,6 +82,14 @@ class TemplateUnsupported(InvalidRequest):
     default_code = "template_unsupported"
 
 
+class CapabilityUnsupported(InvalidRequest):
+    """400 ``capability_unsupported``: the sandbox's runtime cannot do what
+    was asked (a memory snapshot where it has none); ``/v1/info`` says what
+    each runtime can."""
+
+    default_code = "capability_unsupported"
+
+
 class TemplateBuildFailed(InvalidRequest):
     """424 ``template_build_failed``: the template's build failed; its log
     (``build_id``) says why. Asking again does not help."""
@@ -231,6 +239,7 @@ CODE_CLASSES: Dict[str, Type[AirlockError]] = {
     "invalid_argument": InvalidRequest,
     "method_not_allowed": InvalidRequest,
     "template_unsupported": TemplateUnsupported,
+    "capability_unsupported": CapabilityUnsupported,
     "template_build_failed": TemplateBuildFailed,
     "unauthenticated": Unauthorized,
     "permission_denied": PermissionDenied,

@@ -34,6 +34,9 @@ export declare class InvalidRequestError extends AirlockError {
 /** 400 template_unsupported: the sandbox's template cannot serve the request (e.g. code on `base`). */
 export declare class TemplateUnsupportedError extends InvalidRequestError {
 }
+/** 400 capability_unsupported: the sandbox's runtime cannot do what was asked (a memory snapshot where it has none). */
+export declare class CapabilityUnsupportedError extends InvalidRequestError {
+}
 /** 424 template_build_failed: the template's build failed; its log (buildId) says why. */
 export declare class TemplateBuildFailedError extends InvalidRequestError {
 }

@@ -9,5 +9,5 @@ export { Pty, PtyHandle } from "./pty.js";
 export type { PtyOptions, PtyResult } from "./pty.js";
 export { DEFAULT_URL, VERSION } from "./transport.js";
 export type { ConnectionOptions } from "./transport.js";
-export { AgentUnavailableError, AirlockError, CapacityExhaustedError, ConflictError, ConnectionError, errorClasses, ExecNotFoundError, ExecTimeoutError, InternalError, InvalidRequestError, InvalidStateError, NotFoundError, NotImplementedError, PayloadTooLargeError, PermissionDeniedError, QuotaExceededError, RateLimitedError, RuntimeUnavailableError, SandboxNotFoundError, TemplateBuildFailedError, TemplateBuildingError, TemplateNotFoundError, TemplateUnsupportedError, UnauthorizedError, UnavailableError, } from "./errors.js";
+export { AgentUnavailableError, AirlockError, CapacityExhaustedError, ConflictError, ConnectionError, errorClasses, ExecNotFoundError, ExecTimeoutError, InternalError, InvalidRequestError, InvalidStateError, NotFoundError, NotImplementedError, PayloadTooLargeError, PermissionDeniedError, QuotaExceededError, RateLimitedError, RuntimeUnavailableError, SandboxNotFoundError, TemplateBuildFailedError, TemplateBuildingError, TemplateNotFoundError, TemplateUnsupportedError, CapabilityUnsupportedError, UnauthorizedError, UnavailableError, } from "./errors.js";
 export type { AirlockErrorDetails, TimedOutCommand } from "./errors.js";

@@ -52,6 +52,8 @@ export class AirlockError extends Error {
 export class InvalidRequestError extends AirlockError {}
 /** 400 template_unsupported: the sandbox's template cannot serve the request (e.g. code on `base`). */
 export class TemplateUnsupportedError extends InvalidRequestError {}
+/** 400 capability_unsupported: the sandbox's runtime cannot do what was asked (a memory snapshot where it has none). */
+export class CapabilityUnsupportedError extends InvalidRequestError {}
 /** 424 template_build_failed: the template's build failed; its log (buildId) says why. */
 export class TemplateBuildFailedError extends InvalidRequestError {}
 /** 401 unauthenticated: a missing, wrong or revoked API key. */
@@ -124,6 +126,7 @@ export const errorClasses: Readonly<Record<string, ErrorClass>> = Object.freeze(
   invalid_argument: InvalidRequestError,
   method_not_allowed: InvalidRequestError,
   template_unsupported: TemplateUnsupportedError,
+  capability_unsupported: CapabilityUnsupportedError,
   template_build_failed: TemplateBuildFailedError,
   unauthenticated: UnauthorizedError,
   permission_denied: PermissionDeniedError,

@@ -50,6 +50,7 @@ export {
   TemplateBuildingError,
   TemplateNotFoundError,
   TemplateUnsupportedError,
+  CapabilityUnsupportedError,
   UnauthorizedError,
   UnavailableError,
 } from "./errors.js";

@@ -1,0 +1,5 @@
+package httpapi_test
+
+import "io"
+
+var errEOF = io.EOF

@@ -1,5 +1,0 @@
-package server_test
-
-import "io"
-
-var errEOF = io.EOF

@@ -1,0 +1,577 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/tracing"
+)
+
+// view turns a record into the API's sandbox.
+func (m *Service) view(rec store.Sandbox) api.Sandbox {
+	var sp Spec
+	_ = json.Unmarshal(rec.Spec, &sp)
+	out := api.Sandbox{
+		ID: rec.ID, Tenant: rec.Tenant, Template: rec.Template, TemplateVersion: rec.TemplateVersion,
+		Runtime: rec.Runtime, State: rec.State, CreatedAt: rec.CreatedAt, Resources: sp.Resources,
+		Metadata: rec.Metadata, Network: sp.Network, ReadyMS: rec.ReadyMS,
+	}
+	if len(out.Metadata) == 0 {
+		out.Metadata = nil
+	}
+	switch rec.State {
+	case api.StateRunning, api.StateStarting:
+		exp := rec.ExpiresAt
+		out.ExpiresAt = &exp
+	case api.StatePaused:
+		// The deadline if it were resumed now: paused time does not count.
+		exp := rec.ExpiresAt
+		if rec.PausedAt != nil {
+			exp = exp.Add(m.now().Sub(*rec.PausedAt))
+		}
+		out.ExpiresAt = &exp
+	}
+	if rec.ErrorCode != "" {
+		out.Error = &api.SandboxError{Code: rec.ErrorCode, Message: rec.ErrorMessage}
+	}
+	return out
+}
+
+// Get returns sandbox id as p sees it.
+func (m *Service) Get(ctx context.Context, p auth.Principal, id string) (api.Sandbox, error) {
+	rec, err := m.Record(ctx, p, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return m.view(rec), nil
+}
+
+// Record loads the stored record of sandbox id if p may see it. A sandbox of
+// another tenant takes the same path and gives the same error as a missing
+// one.
+func (m *Service) Record(ctx context.Context, p auth.Principal, id string) (store.Sandbox, error) {
+	rec, err := m.store.GetSandbox(ctx, id, p.TenantFilter())
+	if errdefs.IsNotFound(err) {
+		return store.Sandbox{}, sandboxNotFound()
+	}
+	return rec, err
+}
+
+// LiveSandbox returns the in-memory sandbox id if p may see it. A sandbox
+// that exists but is not live is an invalid_state error.
+func (m *Service) LiveSandbox(ctx context.Context, p auth.Principal, id string) (*Live, error) {
+	m.mu.Lock()
+	sb := m.live[id]
+	m.mu.Unlock()
+	if sb != nil && p.CanSee(sb.tenant) {
+		return sb, nil
+	}
+	// Not live, or another tenant's: both go to the store with the tenant
+	// filter, so a foreign sandbox ends in the same not-found as a missing one.
+	rec, err := m.Record(ctx, p, id)
+	if err != nil {
+		return nil, err
+	}
+	return nil, public(errdefs.ErrInvalidState, "sandbox is %s", rec.State)
+}
+
+// Lookup returns live sandbox id, nil if it is not live. It checks no
+// principal: it is for the daemon's own work (the preview listener, the
+// audit of an operation already allowed).
+func (m *Service) Lookup(id string) *Live {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.live[id]
+}
+
+// Running returns the sandbox if p may see it and it is running (exec and files need that).
+func (m *Service) Running(ctx context.Context, p auth.Principal, id string) (*Live, error) {
+	sb, err := m.LiveSandbox(ctx, p, id)
+	if err != nil {
+		return nil, err
+	}
+	if st := sb.state(); st != api.StateRunning {
+		return nil, public(errdefs.ErrInvalidState, "sandbox is %s", st)
+	}
+	return sb, nil
+}
+
+// ListFilter selects sandboxes for List.
+type ListFilter struct {
+	// States to keep; empty means every state but stopped.
+	States   []string
+	Metadata map[string]string
+	Limit    int
+	Cursor   string
+}
+
+// AllStates, as ListFilter.States, lists every state including stopped.
+const AllStates = "all"
+
+// List returns one page of p's sandboxes (every tenant's for an admin).
+func (m *Service) List(ctx context.Context, p auth.Principal, f ListFilter) (api.SandboxList, error) {
+	states := f.States
+	if len(states) == 0 {
+		states = []string{api.StateStarting, api.StateRunning, api.StatePaused, api.StateStopping, api.StateError}
+	}
+	for _, s := range states {
+		if s == AllStates {
+			states = nil
+			break
+		}
+		if _, ok := transitions[s]; !ok {
+			return api.SandboxList{}, public(errInvalid, "unknown state %q", truncate(s, 32))
+		}
+	}
+	recs, next, err := m.store.ListSandboxes(ctx, store.SandboxFilter{
+		Tenant: p.TenantFilter(), States: states, Metadata: f.Metadata, Limit: f.Limit, Cursor: f.Cursor,
+	})
+	if err != nil {
+		if errdefs.IsInvalidArgument(err) {
+			return api.SandboxList{}, public(errInvalid, "%s", publicText(err))
+		}
+		return api.SandboxList{}, err
+	}
+	out := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, len(recs)), NextCursor: next}
+	for _, r := range recs {
+		out.Sandboxes = append(out.Sandboxes, m.view(r))
+	}
+	return out, nil
+}
+
+// publicText strips the class prefix errdefs.Wrap puts on a message.
+func publicText(err error) string {
+	s := err.Error()
+	for _, cls := range []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound} {
+		if p := cls.Error() + ": "; len(s) > len(p) && s[:len(p)] == p {
+			return s[len(p):]
+		}
+	}
+	return s
+}
+
+// Delete stops and removes sandbox id. Deleting a sandbox that is already
+// stopped (or was never fully created) succeeds; nothing of it is left.
+func (m *Service) Delete(ctx context.Context, p auth.Principal, id string) (err error) {
+	ctx, span := tracing.StartSpan(ctx, "manager.delete", id)
+	defer func() { tracing.EndSpan(span, err) }()
+	m.mu.Lock()
+	sb := m.live[id]
+	m.mu.Unlock()
+	if sb == nil || !p.CanSee(sb.tenant) {
+		rec, err := m.Record(ctx, p, id)
+		if err != nil {
+			return err
+		}
+		if rec.State == api.StateError {
+			// Cleaned when it failed; deleting acknowledges it.
+			if err := checkTransition(rec.State, api.StateStopped); err != nil {
+				return err
+			}
+			// Its cleanup ran when it failed; Destroy is idempotent, so run
+			// it again in case that cleanup itself failed.
+			cctx, cancel := cleanupCtx(ctx)
+			defer cancel()
+			if drv, ok := m.drivers[rec.Runtime]; ok {
+				if err := drv.Destroy(cctx, rec.ID); err != nil {
+					return fmt.Errorf("destroying sandbox: %w", err)
+				}
+			}
+			if err := m.teardownNetwork(cctx, rec.ID); err != nil {
+				return err
+			}
+			if err := m.store.UpdateSandbox(ctx, withState(rec, api.StateStopped)); err != nil {
+				return err
+			}
+			m.audit.Record(audit.Event{Type: audit.TypeDelete, Tenant: rec.Tenant, SandboxID: rec.ID,
+				Template: rec.Template, RequestID: audit.RequestID(ctx), Detail: mustJSON(map[string]string{"reason": "deleted", "from": api.StateError})})
+			return nil
+		}
+		return nil
+	}
+	// Wait for an in-flight create: deleting during create would race the
+	// driver, and the create's own failure path already cleans up.
+	select {
+	case <-sb.ready:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return m.stop(ctx, sb, "deleted")
+}
+
+func withState(rec store.Sandbox, state string) store.Sandbox {
+	rec.State = state
+	rec.DesiredState = api.StateStopped
+	return rec
+}
+
+// stop destroys a live sandbox and records it stopped with reason.
+func (m *Service) stop(ctx context.Context, sb *Live, reason string) error {
+	sb.opMu.Lock()
+	defer sb.opMu.Unlock()
+	cctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	st := sb.state()
+	if !isLive(st) {
+		return nil // someone else stopped it first
+	}
+	// The last seconds are accounted while the counters can still be read.
+	m.meter.Sample(cctx, sb)
+	if st != api.StateStopping {
+		if err := sb.setState(cctx, api.StateStopping, func(r *store.Sandbox) { r.DesiredState = api.StateStopped }); err != nil {
+			return err
+		}
+	}
+	sb.markGone()
+	sb.closeClient()
+	if err := sb.drv.Destroy(cctx, sb.id); err != nil {
+		// Left in stopping: the sweep retries, and a later delete too.
+		m.log.Error("destroying sandbox", "sandbox_id", sb.id, "tenant", sb.tenant, "err", err)
+		return fmt.Errorf("destroying sandbox: %w", err)
+	}
+	if err := m.teardownNetwork(cctx, sb.id); err != nil {
+		// Likewise: stopping until the network is gone too.
+		m.log.Error("removing sandbox network", "sandbox_id", sb.id, "tenant", sb.tenant, "err", err)
+		return err
+	}
+	now := m.now().UTC()
+	if err := sb.setState(cctx, api.StateStopped, func(r *store.Sandbox) {
+		r.EndedAt, r.EndReason, r.Secrets, r.PausedAt = &now, reason, nil, nil
+	}); err != nil {
+		return err
+	}
+	typ := audit.TypeDelete
+	if reason == "expired" {
+		typ = audit.TypeExpiry
+	}
+	m.recordEvent(ctx, sb, typ, map[string]string{"reason": reason})
+	m.forget(sb)
+	m.log.Info("sandbox stopped", "sandbox_id", sb.id, "tenant", sb.tenant, "reason", reason)
+	return nil
+}
+
+// forget drops a sandbox that is no longer live from memory.
+func (m *Service) forget(sb *Live) {
+	sb.markGone()
+	m.owners.Gone(sb)
+	m.mu.Lock()
+	if m.live[sb.id] == sb {
+		delete(m.live, sb.id)
+	}
+	m.mu.Unlock()
+	m.previews.Forget(sb.id)
+	m.meter.Forget(sb.id)
+	m.execs.Forget(sb.id)
+	clear(sb.secrets)
+}
+
+// crashed records that a live sandbox died on its own, cleans it up and
+// reports it (state error, code sandbox_crashed). crashedCode is crashed
+// with another code: agent_unavailable when the platform lost the agent of
+// a sandbox whose runtime still ran.
+func (m *Service) crashed(ctx context.Context, sb *Live, why string) {
+	m.crashedCode(ctx, sb, api.SandboxCodeCrashed, why)
+}
+
+func (m *Service) crashedCode(ctx context.Context, sb *Live, code, why string) {
+	sb.opMu.Lock()
+	defer sb.opMu.Unlock()
+	cctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	st := sb.state()
+	if !isLive(st) || st == api.StateStarting {
+		return
+	}
+	m.log.Warn("sandbox crashed", "sandbox_id", sb.id, "tenant", sb.tenant, "driver", sb.drv.Name(), "code", code, "why", why)
+	// Bill up to the crash's discovery; counters keep their last sample.
+	m.meter.Sample(cctx, sb)
+	sb.crashCode.Store(&code)
+	sb.markGone()
+	sb.closeClient()
+	if err := sb.drv.Destroy(cctx, sb.id); err != nil {
+		m.log.Error("cleaning crashed sandbox", "sandbox_id", sb.id, "err", err)
+	} else if err := m.teardownNetwork(cctx, sb.id); err != nil {
+		// Deleting the sandbox (state error) tries again.
+		m.log.Error("removing crashed sandbox's network", "sandbox_id", sb.id, "err", err)
+	}
+	now := m.now().UTC()
+	if err := sb.setState(cctx, api.StateError, func(r *store.Sandbox) {
+		r.ErrorCode, r.ErrorMessage = code, why
+		r.EndedAt, r.EndReason, r.Secrets, r.PausedAt = &now, "crashed", nil, nil
+		r.DesiredState = api.StateStopped
+	}); err != nil {
+		m.log.Error("recording crash", "sandbox_id", sb.id, "err", err)
+	}
+	m.recordEvent(ctx, sb, audit.TypeError, map[string]string{"code": code, "message": why})
+	if o := m.cfg.Observer; o != nil {
+		if eo, ok := o.(SandboxErrorObserver); ok {
+			eo.SandboxError(code)
+		}
+	}
+	m.forget(sb)
+}
+
+// SetTimeout gives sandbox id timeoutS seconds to live from now.
+func (m *Service) SetTimeout(ctx context.Context, p auth.Principal, id string, timeoutS int64) (api.Sandbox, error) {
+	if timeoutS < 1 || timeoutS > m.settings.MaxTimeoutS {
+		return api.Sandbox{}, public(errInvalid, "timeout_s must be between 1 and %d", m.settings.MaxTimeoutS)
+	}
+	sb, err := m.LiveSandbox(ctx, p, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	sb.opMu.Lock()
+	defer sb.opMu.Unlock()
+	if st := sb.state(); st != api.StateRunning && st != api.StatePaused {
+		return api.Sandbox{}, public(errdefs.ErrInvalidState, "sandbox is %s", st)
+	}
+	err = sb.update(ctx, func(r *store.Sandbox) {
+		base := m.now().UTC()
+		if r.State == api.StatePaused && r.PausedAt != nil {
+			// Paused time is added back on resume, so count from the pause.
+			base = *r.PausedAt
+		}
+		r.TimeoutS = timeoutS
+		r.ExpiresAt = base.Add(time.Duration(timeoutS) * time.Second)
+	})
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return m.view(sb.snapshot()), nil
+}
+
+// Pause freezes sandbox id. Pausing a paused sandbox is a no-op.
+func (m *Service) Pause(ctx context.Context, p auth.Principal, id string) (_ api.Sandbox, err error) {
+	ctx, span := tracing.StartSpan(ctx, "manager.pause", id)
+	defer func() { tracing.EndSpan(span, err) }()
+	sb, err := m.LiveSandbox(ctx, p, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	pz, ok := sb.drv.(driver.Pauser)
+	if !ok || !sb.drv.Capabilities().Pause {
+		return api.Sandbox{}, public(errInvalid, "runtime %s cannot pause", sb.drv.Name())
+	}
+	sb.opMu.Lock()
+	defer sb.opMu.Unlock()
+	switch st := sb.state(); st {
+	case api.StatePaused:
+		return m.view(sb.snapshot()), nil
+	case api.StateRunning:
+	default:
+		return api.Sandbox{}, public(errdefs.ErrInvalidState, "sandbox is %s", st)
+	}
+	if err := sb.update(ctx, func(r *store.Sandbox) { r.DesiredState = api.StatePaused }); err != nil {
+		return api.Sandbox{}, err
+	}
+	// Seconds until now were running ones.
+	m.meter.Sample(ctx, sb)
+	if err := pz.Pause(ctx, sb.id); err != nil {
+		sb.update(context.WithoutCancel(ctx), func(r *store.Sandbox) { r.DesiredState = api.StateRunning })
+		return api.Sandbox{}, fmt.Errorf("pausing: %w", err)
+	}
+	now := m.now().UTC()
+	if err := sb.setState(ctx, api.StatePaused, func(r *store.Sandbox) { r.PausedAt = &now }); err != nil {
+		return api.Sandbox{}, err
+	}
+	m.log.Info("sandbox paused", "sandbox_id", sb.id, "tenant", sb.tenant)
+	m.recordEvent(ctx, sb, audit.TypePause, map[string]any{})
+	return m.view(sb.snapshot()), nil
+}
+
+// Resume thaws sandbox id; its deadline moves by the time it was paused.
+// Resuming a running sandbox is a no-op.
+func (m *Service) Resume(ctx context.Context, p auth.Principal, id string) (_ api.Sandbox, err error) {
+	ctx, span := tracing.StartSpan(ctx, "manager.resume", id)
+	defer func() { tracing.EndSpan(span, err) }()
+	sb, err := m.LiveSandbox(ctx, p, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	pz, ok := sb.drv.(driver.Pauser)
+	if !ok {
+		return api.Sandbox{}, public(errInvalid, "runtime %s cannot pause", sb.drv.Name())
+	}
+	sb.opMu.Lock()
+	defer sb.opMu.Unlock()
+	switch st := sb.state(); st {
+	case api.StateRunning:
+		return m.view(sb.snapshot()), nil
+	case api.StatePaused:
+	default:
+		return api.Sandbox{}, public(errdefs.ErrInvalidState, "sandbox is %s", st)
+	}
+	if err := sb.update(ctx, func(r *store.Sandbox) { r.DesiredState = api.StateRunning }); err != nil {
+		return api.Sandbox{}, err
+	}
+	// Seconds until now were paused ones.
+	m.meter.Sample(ctx, sb)
+	if err := pz.Resume(ctx, sb.id); err != nil {
+		return api.Sandbox{}, fmt.Errorf("resuming: %w", err)
+	}
+	if err := sb.setState(ctx, api.StateRunning, func(r *store.Sandbox) { m.unpause(r) }); err != nil {
+		return api.Sandbox{}, err
+	}
+	m.afterResume(ctx, sb)
+	m.log.Info("sandbox resumed", "sandbox_id", sb.id, "tenant", sb.tenant)
+	m.recordEvent(ctx, sb, audit.TypeResume, map[string]any{})
+	return m.view(sb.snapshot()), nil
+}
+
+// unpause moves the deadline by the time spent paused.
+func (m *Service) unpause(r *store.Sandbox) {
+	if r.PausedAt == nil {
+		return
+	}
+	d := m.now().Sub(*r.PausedAt)
+	if d < 0 {
+		d = 0
+	}
+	r.ExpiresAt = r.ExpiresAt.Add(d)
+	r.PausedTotal += d
+	r.PausedAt = nil
+}
+
+// Metrics samples sandbox id's resource use.
+func (m *Service) Metrics(ctx context.Context, p auth.Principal, id string) (api.Metrics, error) {
+	sb, err := m.LiveSandbox(ctx, p, id)
+	if err != nil {
+		return api.Metrics{}, err
+	}
+	rec := sb.snapshot()
+	out := api.Metrics{}
+	// Uptime is the time the sandbox has existed minus time spent paused.
+	up := m.now().Sub(rec.CreatedAt) - rec.PausedTotal
+	if rec.PausedAt != nil {
+		up -= m.now().Sub(*rec.PausedAt)
+	}
+	out.UptimeS = max(up, 0).Seconds()
+	st, ok := sb.drv.(driver.Stater)
+	if !ok {
+		return out, nil
+	}
+	s, err := st.Stats(ctx, sb.id)
+	if err != nil {
+		return api.Metrics{}, fmt.Errorf("sampling sandbox stats: %w", err)
+	}
+	out.CPUSeconds, out.MemoryBytes, out.MemoryPeakBytes = s.CPUSeconds, s.MemoryBytes, s.MemoryPeakBytes
+	out.PIDs, out.DiskBytes, out.DiskWrittenBytes = s.PIDs, s.DiskBytes, s.DiskWrittenBytes
+	out.NetRxBytes, out.NetTxBytes = s.NetRxBytes, s.NetTxBytes
+	if m.net != nil {
+		// The host side of the sandbox's veth counts everything, proxied
+		// traffic included.
+		if rx, tx, err := m.net.Counters(sb.id); err == nil {
+			out.NetRxBytes, out.NetTxBytes = rx, tx
+		}
+	}
+	return out, nil
+}
+
+// Lives returns the live sandboxes.
+func (m *Service) Lives() []*Live {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*Live, 0, len(m.live))
+	for _, sb := range m.live {
+		out = append(out, sb)
+	}
+	return out
+}
+
+// expire stops every running sandbox whose deadline passed. Paused ones
+// wait: their clock is stopped.
+func (m *Service) expire() {
+	now := m.now()
+	for _, sb := range m.Lives() {
+		sb.mu.Lock()
+		due := sb.rec.State == api.StateRunning && !now.Before(sb.rec.ExpiresAt) && !sb.expiring
+		if due {
+			// One stop per sandbox, however many ticks pass while it runs.
+			sb.expiring = true
+		}
+		sb.mu.Unlock()
+		if !due {
+			continue
+		}
+		m.goBackground(func() {
+			defer func() {
+				sb.mu.Lock()
+				sb.expiring = false
+				sb.mu.Unlock()
+			}()
+			if err := m.stop(m.ctx, sb, "expired"); err != nil {
+				m.log.Warn("stopping expired sandbox", "sandbox_id", sb.id, "err", err)
+			}
+		})
+	}
+}
+
+// sweep inspects every live sandbox: a dead one is reported as crashed, one
+// stuck in stopping (a failed destroy) is destroyed again.
+func (m *Service) sweep() {
+	// sweepParallel bounds concurrent Inspect calls (each may spawn runc).
+	const sweepParallel = 4
+	sem := make(chan struct{}, sweepParallel)
+	var wg sync.WaitGroup
+	for _, sb := range m.Lives() {
+		st := sb.state()
+		if st == api.StateStarting {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if st == api.StateStopping {
+				if err := m.stop(m.ctx, sb, "deleted"); err != nil {
+					m.log.Warn("retrying destroy", "sandbox_id", sb.id, "err", err)
+				}
+				return
+			}
+			m.checkAlive(sb)
+		}()
+	}
+	wg.Wait()
+}
+
+// checkAlive inspects a sandbox and handles it as crashed if its init is
+// gone. It returns true if the sandbox still runs.
+func (m *Service) checkAlive(sb *Live) bool {
+	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+	defer cancel()
+	status, err := sb.drv.Inspect(ctx, sb.id)
+	if err != nil {
+		if m.ctx.Err() != nil {
+			return true
+		}
+		if errdefs.IsNotFound(err) {
+			m.crashed(ctx, sb, "sandbox runtime is gone")
+			return false
+		}
+		m.log.Warn("inspecting sandbox", "sandbox_id", sb.id, "err", err)
+		return true
+	}
+	switch status.State {
+	case driver.StateRunning, driver.StatePaused, driver.StateCreated:
+		return true
+	}
+	why := "sandbox init exited"
+	switch {
+	case status.ExitSignal != "":
+		why = "sandbox init was killed by " + status.ExitSignal
+	case status.State == driver.StateStopped:
+		why = fmt.Sprintf("sandbox init exited with code %d", status.ExitCode)
+	}
+	m.crashed(ctx, sb, why)
+	return false
+}
