@@ -120,7 +120,8 @@ CC=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)
 - **Upload.** For an HTTP/1.1 upload of 1 MiB or more the daemon takes the connection from net/http and
   splices the request's socket into its direct unix connection to the agent, frame by frame (a frame
   header written, then exactly its bytes spliced through a pipe; `SO_RCVLOWAT` 1 MiB so it wakes once a
-  megabyte), and the agent splices that into the page cache of the sandbox's ext4 layer: the client's
+  megabyte, the receive buffer locked at 4 MiB so that a local client does not run tens of MiB
+  ahead), and the agent splices that into the page cache of the sandbox's ext4 layer: the client's
   write and the agent's copy into the file are the only copies left. The Go SDK sends a body in 1 MiB
   writes (net/http's own are 32 KiB). `cp` is one in-kernel copy (copy_file_range).
 - **Download.** One agent call (read_file; a directory comes back as a tar stream in the same
