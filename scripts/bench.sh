@@ -49,7 +49,7 @@ if [ -n "$OVER" ]; then
 else
 	# A failed row, not a missing one: the table says that it failed.
 	echo "metering overhead benchmark did not run (needs root and runc)" >&2
-	echo "| metering + audit on the exec round trip, p50 | failed: the benchmark did not run (go test -bench ExecMeteringOverhead ./internal/server) | n/a | n/a | ≤ 1.05× | no |" | tee -a "$EXTRA"
+	echo "| metering + audit on the exec round trip, p50 | failed: the benchmark did not run (go test -bench ExecMeteringOverhead ./internal/plane/httpapi) | n/a | n/a | ≤ 1.05× | no |" | tee -a "$EXTRA"
 	status=1
 fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
