@@ -49,7 +49,7 @@ if [ -n "$OVER" ]; then
 else
 	# A failed row, not a missing one: the table says that it failed.
 	echo "metering overhead benchmark did not run (needs root and runc)" >&2
-	echo "| metering + audit on the exec round trip, p50 | failed: the benchmark did not run (go test -bench ExecMeteringOverhead ./internal/server) | n/a | n/a | ≤ 1.05× | no |" | tee -a "$EXTRA"
+	echo "| metering + audit on the exec round trip, p50 | failed: the benchmark did not run (go test -bench ExecMeteringOverhead ./internal/plane/httpapi) | n/a | n/a | ≤ 1.05× | no |" | tee -a "$EXTRA"
 	status=1
 fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -120,12 +120,17 @@ CC=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)
 - **Upload.** For an HTTP/1.1 upload of 1 MiB or more the daemon takes the connection from net/http and
   splices the request's socket into its direct unix connection to the agent, frame by frame (a frame
   header written, then exactly its bytes spliced through a pipe; `SO_RCVLOWAT` 1 MiB so it wakes once a
-  megabyte), and the agent splices that into the page cache of the sandbox's ext4 layer: the client's
+  megabyte, the receive buffer locked at 4 MiB so that a local client does not run tens of MiB
+  ahead), and the agent splices that into the page cache of the sandbox's ext4 layer: the client's
   write and the agent's copy into the file are the only copies left. The Go SDK sends a body in 1 MiB
   writes (net/http's own are 32 KiB). `cp` is one in-kernel copy (copy_file_range).
-- **Download.** The agent sendfile()s the file from the page cache to its socket and the daemon
+- **Download.** One agent call (read_file; a directory comes back as a tar stream in the same
+  call). The agent sendfile()s the file from the page cache to its socket and the daemon
   splice()s that socket into the client's TCP connection: the only copy left is the client's read,
-  and the rest is loopback TCP and syscalls.
+  and the rest is loopback TCP and syscalls. A client on the daemon's own host gets cubic (or
+  reno) on its connection where the host's congestion control is BBR: BBR paces every
+  connection, and without the fq qdisc TCP paces with timers of its own, which halved this row
+  on a 2-vCPU PVM guest (loopback has no path to probe).
 - **CLI start.** Before its first request the CLI does little (flags, the key, one connection); the
   rest is the Go runtime and the package initialisation of everything in the one binary, the
   daemon's libraries included (Prometheus and procfs, protobuf for the E2B plane, SQLite, the OCI

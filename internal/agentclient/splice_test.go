@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
@@ -122,5 +124,34 @@ func TestSocketBodyFailures(t *testing.T) {
 				t.Fatalf("session after a failed upload: %v", err)
 			}
 		})
+	}
+}
+
+// TestSpliceUploadRecvBuffer checks that a spliced upload bounds the
+// client socket's receive buffer: autotuning would grow it to tens of MiB
+// on loopback, and the client would run that far ahead.
+func TestSpliceUploadRecvBuffer(t *testing.T) {
+	da := startDirectAgent(t, viaSocket)
+	data := randomBytes(t, 4*agentproto.DirectChunk)
+	src := tcpSource(t, data)
+	sb := &agentproto.SocketBody{Conn: src, N: int64(len(data))}
+	if n, err := da.c.WriteFile(ctxT(t), "/r", "", 0, sb, 0); err != nil || n != int64(len(data)) {
+		t.Fatalf("WriteFile = %d, %v", n, err)
+	}
+	rc, err := src.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rcvbuf int
+	var gerr error
+	_ = rc.Control(func(fd uintptr) {
+		rcvbuf, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+	})
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	// The kernel reports twice what was set.
+	if rcvbuf > 8*agentproto.DirectChunk {
+		t.Errorf("receive buffer %d bytes after the upload, want at most %d", rcvbuf, 8*agentproto.DirectChunk)
 	}
 }

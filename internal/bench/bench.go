@@ -82,7 +82,7 @@ func (c *Config) defaults() {
 		c.ExecRuns = 1000
 	}
 	if c.FileRuns <= 0 {
-		c.FileRuns = 7
+		c.FileRuns = 15
 	}
 	if c.FileBytes <= 0 {
 		c.FileBytes = 100 << 20

@@ -35,7 +35,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Runtime, "runtime", "", "runtime of the sandboxes (server default)")
 	fs.IntVar(&cfg.CreateRuns, "create-runs", 20, "measured create → first result runs (and bare runc runs)")
 	fs.IntVar(&cfg.ExecRuns, "exec-runs", 1000, "measured exec round trips (and fork/exec runs)")
-	fs.IntVar(&cfg.FileRuns, "file-runs", 7, "measured upload/download runs (and cp runs)")
+	fs.IntVar(&cfg.FileRuns, "file-runs", 15, "measured upload/download runs (and cp runs)")
 	fs.IntVar(&cfg.LayeredRuns, "layered-runs", 10, "measured creates from a multi-layer template and from base, interleaved (0 skips)")
 	fs.Int64Var(&fileMB, "file-mb", 100, "size of the file transfer in MiB")
 	fs.IntVar(&cfg.IdleSandboxes, "idle-sandboxes", 10, "idle sandboxes to measure memory on (negative: skip; needs root on the server's host)")

@@ -544,6 +544,12 @@ func serve(ctx context.Context, cfg config.Config, ln net.Listener, srv *httpapi
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// A client on this host gets TCP without pacing (tuneLocal).
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				tuneLocal(c)
+			}
+		},
 	}
 	// Event streams and terminals end when shutdown starts: they would
 	// otherwise hold it for the whole timeout. Clients re-attach.
