@@ -40,6 +40,11 @@ type recipeSpec struct {
 	User     string   `json:"user"`
 	UID      int      `json:"uid"`
 	Hostname string   `json:"hostname"`
+	// Sudo lets User run anything as root with sudo, without a password
+	// (/etc/sudoers.d/<user>), as in E2B's base image. Root in the sandbox
+	// is no privilege over User (any exec may run as root), so this only
+	// saves code written for E2B an exec option; it needs the sudo package.
+	Sudo bool `json:"sudo,omitempty"`
 	// Revision is bumped by hand when the code of the steps changes.
 	Revision int `json:"revision"`
 }
@@ -53,18 +58,36 @@ func (r recipe) hash() string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// debianBase is the base template: Debian minbase with python3, and a user.
+// debianSpec is Debian minbase with python3, CA certificates and a user:
+// what every shipped template starts from (shipped.go).
+var debianSpec = recipeSpec{
+	Suite:    "bookworm",
+	Variant:  "minbase", // bash and coreutils come with it
+	Include:  []string{"python3", "ca-certificates"},
+	User:     "user",
+	UID:      1000,
+	Hostname: "sandbox",
+	Revision: 1,
+}
+
+// e2bBasePackages are what code written against E2B's base image takes for
+// granted besides python3: git, curl, sudo (for the user), `python` as
+// python3, and node (Debian's: Node 18). All from Debian's main, with their
+// dependencies, without recommends. Not npm: Debian's brings 350 packages
+// of its own (+100 MB installed, most of the build's apt time); the `node`
+// template has it.
+var e2bBasePackages = []string{"git", "curl", "sudo", "python-is-python3", "nodejs"}
+
+// debianBase is the base template: debianSpec, the tools of E2B's base
+// image (e2bBasePackages) and sudo for the user. Revision 3 added them
+// (2 was never shipped).
 var debianBase = recipe{
 	name: "base",
-	Spec: recipeSpec{
-		Suite:    "bookworm",
-		Variant:  "minbase", // bash and coreutils come with it
-		Include:  []string{"python3", "ca-certificates"},
-		User:     "user",
-		UID:      1000,
-		Hostname: "sandbox",
-		Revision: 1,
-	},
+	Spec: func() recipeSpec {
+		s := withPackages(debianSpec, 3, e2bBasePackages...)
+		s.Sudo = true
+		return s
+	}(),
 	build: buildDebian,
 }
 
@@ -200,6 +223,12 @@ func customize(root string, spec recipeSpec) error {
 		}
 	}
 
+	if spec.Sudo {
+		if err := allowSudo(root, spec.User); err != nil {
+			return err
+		}
+	}
+
 	h := filepath.Join(root, home)
 	if err := os.MkdirAll(h, 0o755); err != nil {
 		return err
@@ -265,6 +294,34 @@ func customize(root string, spec recipeSpec) error {
 		}
 	}
 	return nil
+}
+
+// allowSudo lets user run every command as anyone with sudo, without a
+// password: a drop-in of /etc/sudoers.d, which Debian's /etc/sudoers reads.
+// sudo refuses a drop-in that is not root's or is writable by others, so
+// it is 0440 and root's, and checked with visudo when the tree has it.
+func allowSudo(root, user string) error {
+	if _, err := os.Stat(filepath.Join(root, "usr/bin/sudo")); err != nil {
+		return fmt.Errorf("sudo for %s: the sudo package is not installed: %w", user, err)
+	}
+	dir := filepath.Join(root, "etc/sudoers.d")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	p := filepath.Join(dir, user)
+	_ = os.Remove(p) // may be a symlink
+	// !fqdn: a sandbox's host name (its id) is in no hosts file and no DNS;
+	// looking it up would cost every sudo a warning and a DNS query.
+	rule := "# written by airlock: the sandbox's user may act as root (any exec may anyway)\n" +
+		user + " ALL=(ALL:ALL) NOPASSWD: ALL\n" +
+		"Defaults !fqdn\n"
+	if err := os.WriteFile(p, []byte(rule), 0o440); err != nil {
+		return err
+	}
+	if err := os.Chmod(p, 0o440); err != nil { // whatever the umask
+		return err
+	}
+	return os.Chown(p, 0, 0)
 }
 
 // addEntry appends line to a colon-separated database file (passwd, group…)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,6 +35,8 @@ func TestCustomize(t *testing.T) {
 		"var/lib/apt/lists/partial/y":      "part",
 		"var/cache/apt/archives/lock":      "",
 		"usr/bin/keep":                     "keep",
+		"usr/bin/sudo":                     "sudo",
+		"etc/sudoers.d/README":             "# drop-ins\n",
 	}
 	for p, data := range files {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
@@ -133,6 +136,19 @@ func TestCustomize(t *testing.T) {
 			t.Error("wrote through the resolv.conf symlink to the host")
 		}
 	})
+	t.Run("sudoers", func(t *testing.T) {
+		p := filepath.Join(root, "etc/sudoers.d/user")
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode&0o7777 != 0o440 || st.Uid != 0 || st.Gid != 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			t.Errorf("sudoers drop-in: mode %o, owner %d:%d; want a 0440 file of root's", st.Mode, st.Uid, st.Gid)
+		}
+		if got := read("etc/sudoers.d/user"); !strings.Contains(got, "\nuser ALL=(ALL:ALL) NOPASSWD: ALL\n") || !strings.Contains(got, "\nDefaults !fqdn\n") {
+			t.Errorf("sudoers drop-in:\n%s", got)
+		}
+	})
 	t.Run("caches", func(t *testing.T) {
 		for _, p := range []string{"var/cache/apt/archives/libc6.deb", "var/cache/apt/pkgcache.bin", "var/lib/apt/lists/x_Packages", "var/lib/apt/lists/partial"} {
 			if _, err := os.Lstat(filepath.Join(root, p)); !os.IsNotExist(err) {
@@ -143,6 +159,88 @@ func TestCustomize(t *testing.T) {
 			t.Error("removed too much")
 		}
 	})
+}
+
+// TestCustomizeSudo: a recipe with Sudo needs the sudo package in the
+// tree, and one without writes no drop-in.
+func TestCustomizeSudo(t *testing.T) {
+	testutil.RequiresRoot(t)
+	for _, tt := range []struct {
+		name    string
+		sudo    bool
+		hasSudo bool
+		wantErr bool
+	}{
+		{"sudo-installed", true, true, false},
+		{"sudo-missing", true, false, true},
+		{"no-sudo", false, true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			for p, data := range map[string]string{
+				"etc/passwd": "root:x:0:0:root:/root:/bin/bash\n", "etc/group": "root:x:0:\n",
+				"etc/shadow": "root:*:19000:0:99999:7:::\n", "etc/gshadow": "root:*::\n",
+			} {
+				if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(root, p), []byte(data), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.hasSudo {
+				if err := os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(root, "usr/bin/sudo"), nil, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			spec := debianSpec
+			spec.Sudo = tt.sudo
+			err := customize(root, spec)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("customize: %v, want error %v", err, tt.wantErr)
+			}
+			_, serr := os.Stat(filepath.Join(root, "etc/sudoers.d/user"))
+			if want := tt.sudo && !tt.wantErr; (serr == nil) != want {
+				t.Errorf("drop-in exists: %v, want %v", serr == nil, want)
+			}
+		})
+	}
+}
+
+// TestShippedRecipeHashes: a recipe's hash names the versions built from
+// it, so a change rebuilds that template in every cache. The table is to be
+// updated on purpose, with the templates it rebuilds in mind: base changed
+// at revision 3 (E2B's tools, sudo), the others did not move with it.
+func TestShippedRecipeHashes(t *testing.T) {
+	want := map[string]string{
+		"base":             "31a21e9961b0549c",
+		"python":           "e7ea2e5d9bf8555b",
+		"node":             "d7aff69c3049a16d",
+		"code-interpreter": "47a925c49f8e12b0",
+	}
+	got := map[string]string{debianBase.name: debianBase.hash()}
+	for _, r := range shippedRecipes {
+		got[r.name] = r.hash()
+	}
+	for name, h := range want {
+		if got[name] != h {
+			t.Errorf("recipe %s hashes to %s, the table says %s: update the table if the change is meant to rebuild it", name, got[name], h)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("recipes %v, table %v", got, want)
+	}
+	// Base revision 1, what caches built before E2B's tools: no longer base.
+	if got["base"] == "9ce7a2934f7a8142" {
+		t.Error("base still hashes as revision 1: caches would not rebuild it")
+	}
+	if !slices.Equal(NewStore(t.TempDir()).ShippedPackages("base"),
+		[]string{"python3", "ca-certificates", "git", "curl", "sudo", "python-is-python3", "nodejs"}) {
+		t.Errorf("ShippedPackages(base) = %v", NewStore(t.TempDir()).ShippedPackages("base"))
+	}
 }
 
 // TestBase builds (once per machine; ~30 s) or reuses the real base template
@@ -187,6 +285,13 @@ func TestBase(t *testing.T) {
 			{"coreutils", []string{"/usr/bin/stat", "-c", "%U %G %a", "/home/user"}, "user user 755\n"},
 			{"user-lookup", []string{"/usr/bin/id", "user"}, "uid=1000(user) gid=1000(user) groups=1000(user)\n"},
 			{"ca-certificates", []string{"/bin/bash", "-c", "test -s /etc/ssl/certs/ca-certificates.crt && echo ok"}, "ok\n"},
+			// What code written for E2B's base image runs.
+			{"python", []string{"/usr/bin/python", "-c", "import sys; print(sys.version_info[0])"}, "3\n"},
+			{"git", []string{"/bin/bash", "-c", "git --version | cut -d' ' -f1-2"}, "git version\n"},
+			{"git-daemon", []string{"/bin/bash", "-c", "test -x /usr/lib/git-core/git-daemon && echo ok"}, "ok\n"},
+			{"curl", []string{"/bin/bash", "-c", "curl --version | head -1 | cut -d' ' -f1"}, "curl\n"},
+			{"node", []string{"/usr/bin/node", "-e", "console.log(6 * 7)"}, "42\n"},
+			{"sudo", []string{"/bin/bash", "-c", "stat -c '%U %a' /usr/bin/sudo; /usr/sbin/visudo -c -q && echo valid"}, "root 4755\nvalid\n"},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				cmd := exec.Command(c.args[0], c.args[1:]...)
@@ -262,6 +367,26 @@ func TestBase(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(root, "home/user/x")); !os.IsNotExist(err) {
 			t.Errorf("sandbox write reached the template: %v", err)
+		}
+		// sudo as the user: root of the sandbox's own namespace, and the
+		// kernel's no_new_privs (which the runtimes set on the agent, so on
+		// every exec: see docs/security.md) makes it refuse, saying why.
+		sudo := exec.Command("/bin/bash", "-c", `id -u; sudo -n id -u; setpriv --no-new-privs sudo -n id -u; echo "exit $?"`)
+		sudo.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER,
+			UidMappings: m,
+			GidMappings: m,
+			// As runc, whose parent is privileged: setgroups allowed.
+			GidMappingsEnableSetgroups: true,
+			Chroot:                     r.Path(),
+			Credential:                 &syscall.Credential{Uid: 1000, Gid: 1000, Groups: []uint32{1000}},
+		}
+		sudo.Dir = "/home/user"
+		sudo.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "HOME=/home/user", "USER=user"}
+		got, err = sudo.CombinedOutput()
+		out := string(got)
+		if err != nil || !strings.HasPrefix(out, "1000\n0\n") || !strings.Contains(out, "no new privileges") || !strings.HasSuffix(out, "exit 1\n") {
+			t.Errorf("sudo as the user: %q, %v; want uid 1000, then 0, then a refusal under no_new_privs", out, err)
 		}
 		if err := r.Teardown(context.Background()); err != nil {
 			t.Fatal(err)

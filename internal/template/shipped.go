@@ -10,27 +10,28 @@ import (
 )
 
 // The shipped templates besides base. Each is a whole Debian rootfs made
-// like base by debootstrap, then the packages installed by the tree's own
-// apt-get in a chroot: Debian's packages from the host's mirror, their
+// like base by debootstrap from debianSpec, then the packages installed by
+// the tree's own apt-get in a chroot (base's own extras are not among them:
+// changing them would rebuild every template for what base alone needs): Debian's packages from the host's mirror, their
 // dependencies resolved by apt, their maintainer scripts run as
 // debootstrap runs the base's. No sandbox network is needed (see
 // docs/templates.md for the trade-off).
 var shippedRecipes = []recipe{
 	{
 		name: "python",
-		Spec: withPackages(debianBase.Spec, 1,
+		Spec: withPackages(debianSpec, 1,
 			"python3-pip", "python3-venv", "python3-numpy", "python3-pandas", "python3-matplotlib", "python3-requests"),
 		build: buildDebian,
 	},
 	{
 		name:  "node",
-		Spec:  withPackages(debianBase.Spec, 1, "nodejs", "npm"),
+		Spec:  withPackages(debianSpec, 1, "nodejs", "npm"),
 		build: buildDebian,
 	},
 	{
 		name: "code-interpreter",
 		// Revision 2: nodejs for JavaScript contexts of the code interpreter.
-		Spec: withPackages(debianBase.Spec, 2,
+		Spec: withPackages(debianSpec, 2,
 			"python3-pip", "python3-venv", "python3-numpy", "python3-pandas", "python3-matplotlib", "python3-requests",
 			"python3-ipykernel", "nodejs", "python3-scipy", "python3-sklearn", "python3-seaborn", "python3-sympy",
 			"python3-openpyxl", "python3-pil"),
@@ -66,7 +67,7 @@ func IsShipped(name string) bool { return slices.Contains(ShippedNames(), name) 
 // debootstrap's minbase.
 func (s *Store) ShippedPackages(name string) []string {
 	if name == s.base.name {
-		return slices.Clone(s.base.Spec.Include)
+		return append(slices.Clone(s.base.Spec.Include), s.base.Spec.Apt...)
 	}
 	if r, ok := s.shipped[name]; ok {
 		return append(slices.Clone(r.Spec.Include), r.Spec.Apt...)
