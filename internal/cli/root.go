@@ -332,6 +332,9 @@ signal N (see airlock exec --help).`,
 		a.newVersionCmd(),
 		a.newWhoamiCmd(),
 	)
+	// Snapshots, fork and reset (snapshot.go); warm pools (pool.go).
+	root.AddCommand(a.snapshotCommands()...)
+	root.AddCommand(a.poolCommands()...)
 	if a.serve != nil {
 		root.AddCommand(a.serve())
 	}

@@ -215,9 +215,6 @@ func (s *Server) register() {
 	s.handle("GET /v1/sandboxes", a(s.listSandboxes))
 	s.handle("GET /v1/sandboxes/{id}", a(s.getSandbox))
 	s.handle("DELETE /v1/sandboxes/{id}", a(s.deleteSandbox))
-	s.handle("POST /v1/sandboxes/{id}/timeout", a(s.setTimeout))
-	s.handle("POST /v1/sandboxes/{id}/pause", a(s.pause))
-	s.handle("POST /v1/sandboxes/{id}/resume", a(s.resume))
 	s.handle("GET /v1/sandboxes/{id}/metrics", a(s.sandboxMetrics))
 	s.handle("GET /v1/usage", a(s.usage))
 
@@ -251,6 +248,9 @@ func (s *Server) register() {
 	s.handle("PUT /v1/tenants/{tenant}/network", admin(s.putTenantNetwork))
 	s.handle("DELETE /v1/tenants/{tenant}/network", admin(s.deleteTenantNetwork))
 
+	s.registerLifecycle(a)
+	s.registerSnapshots(a)
+	s.registerPools(a)
 	s.registerCode(a)
 	s.registerTenancy(a, admin)
 	s.registerPreview(a)

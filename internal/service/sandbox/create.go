@@ -42,6 +42,10 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	if err != nil {
 		return CreateResult{}, err
 	}
+	// A warm pool member, when one matches (pool.go).
+	if res, ok, err := m.claim(ctx, p, req, idemKey); ok || err != nil {
+		return res, err
+	}
 	if o := m.cfg.Observer; o != nil {
 		start := time.Now()
 		defer func() { o.CreateDone(drv.Name(), time.Since(start), err == nil) }()
@@ -102,6 +106,7 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		CreatedAt: now, ExpiresAt: now.Add(time.Duration(sp.TimeoutS) * time.Second), TimeoutS: sp.TimeoutS,
 		Metadata: req.Metadata,
 	}
+	applyLifecycle(&rec, req.Lifecycle)
 	sb := &Live{
 		id: id, tenant: p.Tenant, drv: drv, m: m, rec: rec, ready: make(chan struct{}),
 		secrets: envSecrets(sp, req.Secrets), env: sp.Env, red: redact.New(req.Secrets),

@@ -92,14 +92,14 @@ func (m *Service) validateCreate(req api.CreateSandboxRequest) (Spec, driver.Dri
 	// The durable sandboxes' fields are in the contract (docs/lifecycle.md)
 	// before they are served: refused, never silently ignored (a create
 	// "from a snapshot" that started from the template would lose data).
-	switch {
-	case req.Snapshot != "":
+	if req.Snapshot != "" {
 		return Spec{}, nil, public(errdefs.ErrCapabilityUnsupported, "creating from a snapshot is not available on this server yet")
-	case req.Pool != "":
-		return Spec{}, nil, public(errdefs.ErrCapabilityUnsupported, "warm pools are not available on this server yet")
-	case req.Lifecycle != nil && (req.Lifecycle.OnTimeout != "" && req.Lifecycle.OnTimeout != api.OnTimeoutKill ||
-		req.Lifecycle.AutoResume != nil && *req.Lifecycle.AutoResume || req.Lifecycle.IdleTimeoutS != nil):
-		return Spec{}, nil, public(errdefs.ErrCapabilityUnsupported, "lifecycle rules other than on_timeout kill are not available on this server yet")
+	}
+	if err := checkPoolFields(req); err != nil {
+		return Spec{}, nil, err
+	}
+	if err := checkLifecycleFields(req.Lifecycle); err != nil {
+		return Spec{}, nil, err
 	}
 	sp := Spec{Template: req.Template, Runtime: req.Runtime, TimeoutS: s.DefaultTimeoutS}
 	if sp.Template == "" {
