@@ -228,9 +228,12 @@ type OOMCounter interface {
 // above the driver knows where or how the layer is kept.
 type LayerCapturer interface {
 	// WritableLayer returns the writable layer of sandbox id, which must
-	// be stopped (Stop), so that nothing changes it while it is read; an
-	// error wrapping errdefs.ErrInvalidState if it runs. The layer stays
-	// readable until the sandbox is started again or destroyed.
+	// be stopped (Stop) or paused (Pauser), so that nothing changes it
+	// while it is read; an error wrapping errdefs.ErrInvalidState if it
+	// runs. Of a paused sandbox the driver first makes what its processes
+	// wrote visible in the returned directory (a snapshot of a running
+	// sandbox pauses it, reads, resumes). The layer stays readable until
+	// the sandbox is started again, resumed, or destroyed.
 	WritableLayer(ctx context.Context, id string) (WritableLayer, error)
 }
 
@@ -262,17 +265,25 @@ type Lister interface {
 // Checkpointer is implemented by drivers whose Capabilities().MemorySnapshot
 // is true: a running sandbox's processes and memory are written to a host
 // directory and a sandbox is later started from it instead of from its init
-// (snapshots, pools of warm sandboxes). No driver implements it yet; see
-// docs/drivers.md for how runsc and a microVM would.
+// (pause to disk, memory snapshots, fork). See docs/drivers.md.
 type Checkpointer interface {
 	// Checkpoint writes the processes and memory of running sandbox id
-	// into dir, a new empty host directory of the caller's, and leaves the
-	// sandbox stopped with its storage kept (its writable layer is the
-	// checkpoint's disk).
-	Checkpoint(ctx context.Context, id, dir string) error
-	// Restore runs created sandbox id from the checkpoint in dir, in place
-	// of Start: its processes resume where Checkpoint left them. The
-	// sandbox must have been created from the same template, with the
-	// checkpointed sandbox's writable layer.
+	// into dir, a new empty host directory of the caller's. Without
+	// opts.LeaveRunning it leaves the sandbox stopped with its storage
+	// kept (its writable layer is the checkpoint's disk): a pause to disk.
+	Checkpoint(ctx context.Context, id, dir string, opts CheckpointOptions) error
+	// Restore runs sandbox id from the checkpoint in dir, in place of
+	// Start: its processes resume where Checkpoint left them. id is either
+	// the checkpointed sandbox itself, stopped by Checkpoint (a resume
+	// from disk), or a new created sandbox whose read-only layers hold
+	// the checkpointed sandbox's files (its template's layers and its
+	// writable layer captured over them: a snapshot, a fork).
 	Restore(ctx context.Context, id, dir string) error
+}
+
+// CheckpointOptions tune a Checkpoint.
+type CheckpointOptions struct {
+	// LeaveRunning keeps the sandbox running once its image is written (a
+	// memory snapshot, a fork) instead of stopping it (a pause to disk).
+	LeaveRunning bool
 }

@@ -430,6 +430,7 @@ func (m *Service) Info(ctx context.Context, version string) api.Info {
 			h := health[name]
 			di.Health, di.Description = string(h.State), h.Description
 			di.Capabilities = mustJSON(d.Capabilities())
+			di.Durability = durabilityOf(d)
 		} else {
 			di.Description = "not available in this build or on this host"
 		}
