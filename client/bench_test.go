@@ -1,12 +1,15 @@
 package client
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,4 +168,104 @@ func BenchmarkExecOverhead(b *testing.B) {
 	b.ReportMetric(float64(rawTotal.Nanoseconds())/n/1e3, "raw-µs/op")
 	b.ReportMetric(float64(sdkTotal.Nanoseconds())/n/1e3, "sdk-µs/op")
 	b.ReportMetric(float64((sdkTotal-rawTotal).Nanoseconds())/n/1e3, "overhead-µs/op")
+}
+
+// firstOutputServer answers POST …/exec in the SSE mode: the start event
+// at once, then, after a pause (so that the client waits on its socket, as
+// for a command that prints late), the stdout event, noting when it was
+// written, then the exit event.
+func firstOutputServer(sent chan<- time.Time) http.Handler {
+	code := 0
+	exitBody, _ := json.Marshal(api.ExecResult{ID: "ex_1", Status: api.ExecExited, ExitCode: &code, DurationMS: 1})
+	outBody, _ := json.Marshal(api.OutputEvent{Data: "hello\n"})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		f := w.(http.Flusher)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write([]byte("event: start\ndata: {\"id\":\"ex_1\"}\n\n"))
+		f.Flush()
+		time.Sleep(2 * time.Millisecond)
+		t := time.Now()
+		w.Write([]byte("event: stdout\ndata: " + string(outBody) + "\n\n"))
+		f.Flush()
+		sent <- t
+		time.Sleep(time.Millisecond)
+		w.Write([]byte("event: exit\ndata: " + string(exitBody) + "\n\n"))
+	})
+}
+
+// BenchmarkStreamFirstOutput measures how long after the server writes an
+// exec's first output the SDK hands it to OnStdout (the budget:
+// within 1 ms of the first byte), beside a raw reader of the same stream
+// (net/http and a bufio scan for the stdout event), in turn. It reports
+// the p50 and p99 of each in µs.
+//
+//	go -C client test -run '^$' -bench BenchmarkStreamFirstOutput -benchtime 500x ./
+func BenchmarkStreamFirstOutput(b *testing.B) {
+	sent := make(chan time.Time, 1)
+	srv := httptest.NewServer(firstOutputServer(sent))
+	defer srv.Close()
+	tr := &http.Transport{MaxIdleConnsPerHost: 4}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	c, err := New(srv.URL, "ak_bench", WithHTTPClient(hc))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sb := &Sandbox{c: c, id: "sbx_1"}
+	ctx := context.Background()
+	reqBody, _ := json.Marshal(api.ExecRequest{Cmd: []string{"echo", "hello"}})
+	raw := func() time.Duration {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/sandboxes/sbx_1/exec", bytes.NewReader(reqBody))
+		req.Header.Set("Authorization", "Bearer ak_bench")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := hc.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var got time.Time
+		sc := bufio.NewScanner(resp.Body)
+		stdout := false
+		for sc.Scan() {
+			line := sc.Text()
+			if line == "event: stdout" {
+				stdout = true
+			} else if stdout && strings.HasPrefix(line, "data: ") && got.IsZero() {
+				got = time.Now()
+			}
+		}
+		if got.IsZero() {
+			b.Fatal("raw: no stdout event")
+		}
+		return got.Sub(<-sent)
+	}
+	sdk := func() time.Duration {
+		var got time.Time
+		res, err := sb.RunArgs(ctx, []string{"echo", "hello"}, OnStdout(func(string) {
+			if got.IsZero() {
+				got = time.Now()
+			}
+		}))
+		if err != nil || res.Stdout != "hello\n" || got.IsZero() {
+			b.Fatalf("run: %+v, %v", res, err)
+		}
+		return got.Sub(<-sent)
+	}
+	raw()
+	sdk()
+	var raws, sdks []time.Duration
+	for b.Loop() {
+		raws = append(raws, raw())
+		sdks = append(sdks, sdk())
+	}
+	q := func(d []time.Duration, p float64) float64 {
+		slices.Sort(d)
+		return float64(d[int(p*float64(len(d)-1))].Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(q(raws, 0.5), "raw-p50-µs")
+	b.ReportMetric(q(raws, 0.99), "raw-p99-µs")
+	b.ReportMetric(q(sdks, 0.5), "sdk-p50-µs")
+	b.ReportMetric(q(sdks, 0.99), "sdk-p99-µs")
 }

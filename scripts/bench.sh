@@ -52,6 +52,39 @@ else
 	echo "| metering + audit on the exec round trip, p50 | failed: the benchmark did not run (go test -bench ExecMeteringOverhead ./internal/plane/httpapi) | n/a | n/a | ≤ 1.05× | no |" | tee -a "$EXTRA"
 	status=1
 fi
+# Issue #17: what the SDKs add to an exec round trip over raw HTTP from the
+# same language (Go: client BenchmarkExecOverhead against a stand-in server
+# on loopback; Python: sdk/python/bench_overhead.py against this daemon),
+# and how soon the Go SDK delivers an exec's first output (client
+# BenchmarkStreamFirstOutput), each beside its raw baseline, in turn.
+echo "measuring the SDKs' overhead…"
+GOSDK=$(go -C client test -run '^$' -bench '^BenchmarkExecOverhead$' -benchtime 3000x ./ 2>&1 | grep '^BenchmarkExecOverhead' || true)
+if [ -n "$GOSDK" ]; then
+	echo "$GOSDK" | awk '{
+		for (i = 1; i < NF; i++) { if ($(i+1) == "raw-µs/op") raw = $i; if ($(i+1) == "sdk-µs/op") sdk = $i; if ($(i+1) == "overhead-µs/op") o = $i }
+		printf "| Go SDK overhead on the exec round trip (`Sandbox.Run`), mean | SDK %.3f ms (%+.3f ms) | raw net/http %.3f ms, interleaved | n/a | ≤ +0.5 ms | %s |\n", sdk/1000, o/1000, raw/1000, (o <= 500 ? "yes" : "no")
+	}' | tee -a "$EXTRA"
+else
+	echo "| Go SDK overhead on the exec round trip (\`Sandbox.Run\`), mean | failed: the benchmark did not run (go -C client test -bench BenchmarkExecOverhead) | n/a | n/a | ≤ +0.5 ms | no |" | tee -a "$EXTRA"
+fi
+STREAM=$(go -C client test -run '^$' -bench '^BenchmarkStreamFirstOutput$' -benchtime 500x ./ 2>&1 | grep '^BenchmarkStreamFirstOutput' || true)
+if [ -n "$STREAM" ]; then
+	echo "$STREAM" | awk '{
+		for (i = 1; i < NF; i++) { if ($(i+1) == "raw-p50-µs") r50 = $i; if ($(i+1) == "raw-p99-µs") r99 = $i; if ($(i+1) == "sdk-p50-µs") s50 = $i; if ($(i+1) == "sdk-p99-µs") s99 = $i }
+		printf "| Go SDK: server writes first output → `OnStdout` | p50 %.3f ms, p99 %.3f ms | raw SSE reader p50 %.3f ms, p99 %.3f ms, interleaved | n/a | p50 ≤ 1 ms | %s |\n", s50/1000, s99/1000, r50/1000, r99/1000, (s50 <= 1000 ? "yes" : "no")
+	}' | tee -a "$EXTRA"
+else
+	echo "| Go SDK: server writes first output → \`OnStdout\` | failed: the benchmark did not run (go -C client test -bench BenchmarkStreamFirstOutput) | n/a | n/a | p50 ≤ 1 ms | no |" | tee -a "$EXTRA"
+fi
+PYSDK=$(AIRLOCK_URL="http://127.0.0.1:$PORT" AIRLOCK_API_KEY="$KEY" python3 sdk/python/bench_overhead.py -n 1000 2>/dev/null | tail -1 || true)
+if echo "$PYSDK" | grep -q python_sdk_exec_overhead; then
+	echo "$PYSDK" | python3 -c 'import json,sys
+o = json.load(sys.stdin)
+print("| Python SDK overhead on the exec round trip (`commands.run`), p50 of pairs | SDK %.3f ms (%+.3f ms per pair) | raw http.client %.3f ms, interleaved | n/a | ≤ +0.5 ms | %s |" % (o["sdk_p50_ms"], o["pair_diff_p50_ms"], o["raw_p50_ms"], "yes" if o["ok"] else "no"))' | tee -a "$EXTRA"
+else
+	echo "| Python SDK overhead on the exec round trip (\`commands.run\`), p50 of pairs | failed: sdk/python/bench_overhead.py did not run | n/a | n/a | ≤ +0.5 ms | no |" | tee -a "$EXTRA"
+fi
+awk -F'|' '$7 ~ /no/ { bad = 1 } END { exit bad }' "$EXTRA" || status=1
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 # The machine: file transfer and create times depend on the CPU (a microVM
 # guest pays dearly for every syscall and context switch) and on the
@@ -94,6 +127,14 @@ CC=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)
 - Metering + audit: two in-process servers on the runc driver, one with the Prometheus observer, the
   audit trail and resource sampling every second (five times the default rate), one with none of them;
   `echo hi` goes to each in turn, 600 pairs (`go test -bench ExecMeteringOverhead ./internal/plane/httpapi`).
+- SDK overhead: Go, `Sandbox.Run` and a raw net/http exec (JSON encoded and decoded as a hand-written
+  client would) in turn against a stand-in server on loopback that answers at once, 3000 pairs, the mean
+  of each (`go -C client test -bench BenchmarkExecOverhead`); Python, `sbx.commands.run` and a raw
+  `http.client` exec in turn against this daemon, 1000 pairs, judged on the median of the per-pair
+  difference (`python3 sdk/python/bench_overhead.py`).
+- First output: a stand-in server sends an exec's start event, then 2 ms later its stdout event; the
+  row is from that write to the SDK's `OnStdout` callback, beside a raw `bufio.Scanner` of the same
+  stream, in turn, 500 each (`go -C client test -bench BenchmarkStreamFirstOutput`).
 - Idle memory: N sandboxes left idle for 2 s, their host processes found by cgroup, Rss and Pss
   from `/proc/PID/smaps_rollup`.
 - CLI start: `bin/airlock exec sbx_bench -- true` against a stand-in server on loopback (it answers
