@@ -391,7 +391,9 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, p auth.Princip
 		}
 		status = http.StatusCreated
 	}
-	if body.Timeout != nil {
+	// connect only ever extends a sandbox's life (E2B's API): a timeout
+	// that would end it sooner than it ends now leaves it as it is.
+	if body.Timeout != nil && (sb.ExpiresAt == nil || time.Now().Add(time.Duration(*body.Timeout)*time.Second).After(*sb.ExpiresAt)) {
 		if sb, err = h.sandboxes.SetTimeout(r.Context(), p, id, *body.Timeout); err != nil {
 			return err
 		}

@@ -160,6 +160,20 @@ func TestControlPlane(t *testing.T) {
 		if st := h.call("acme", "POST", "/sandboxes/"+c.SandboxID+"/connect", map[string]any{}, &again); st != http.StatusOK {
 			t.Fatalf("connect to a running sandbox: status %d, want 200", st)
 		}
+		// connect only extends: a shorter timeout leaves the hour (set
+		// above, and kept by the connect with 600 s), a longer one extends.
+		if st := h.call("acme", "POST", "/sandboxes/"+c.SandboxID+"/connect", map[string]any{"timeout": 10}, &again); st != http.StatusOK {
+			t.Fatalf("connect with a short timeout: status %d, want 200", st)
+		}
+		h.call("acme", "GET", "/sandboxes/"+c.SandboxID, nil, &d)
+		if left := time.Until(d.EndAt); left < 50*time.Minute {
+			t.Fatalf("connect with timeout 10 shortened the end to %v away", left)
+		}
+		h.call("acme", "POST", "/sandboxes/"+c.SandboxID+"/connect", map[string]any{"timeout": 7200}, &again)
+		h.call("acme", "GET", "/sandboxes/"+c.SandboxID, nil, &d)
+		if left := time.Until(d.EndAt); left < 110*time.Minute {
+			t.Fatalf("connect with timeout 7200 left the end %v away, want about two hours", left)
+		}
 		var ms []struct {
 			CPUCount int    `json:"cpuCount"`
 			MemTotal uint64 `json:"memTotal"`
@@ -556,9 +570,9 @@ func TestFilesystem(t *testing.T) {
 			if connect.CodeOf(err) != connect.CodeNotFound {
 				t.Fatalf("Stat after Remove: %v, want not_found", err)
 			}
-			_, err = fc.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: dir + "/sub"}))
-			if connect.CodeOf(err) != connect.CodeNotFound {
-				t.Fatalf("Remove of a missing path: %v, want not_found", err)
+			// A missing path is removed already, as envd's RemoveAll.
+			if _, err = fc.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: dir + "/sub"})); err != nil {
+				t.Fatalf("Remove of a missing path: %v, want success", err)
 			}
 		})
 	}

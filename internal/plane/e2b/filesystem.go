@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,12 +51,27 @@ func entryOf(fi api.FileInfo) *pb.EntryInfo {
 		e.Type, mode = pb.FileType_FILE_TYPE_DIRECTORY, mode|fs.ModeDir
 	case "symlink":
 		e.Type, mode = pb.FileType_FILE_TYPE_SYMLINK, mode|fs.ModeSymlink
-		if fi.LinkTarget != "" {
-			e.SymlinkTarget = &fi.LinkTarget
+		if t := linkTarget(fi.Path, fi.LinkTarget); t != "" {
+			e.SymlinkTarget = &t
 		}
 	}
-	e.Mode, e.Permissions = uint32(mode), mode.String()
+	// mode is the permission bits alone, as envd's (a directory is 0o755,
+	// not Go's ModeDir|0o755); permissions spells the type too.
+	e.Mode, e.Permissions = uint32(perm), mode.String()
 	return e
+}
+
+// linkTarget is the path a symlink at p points to, as envd reports it:
+// absolute, a relative target taken from the link's directory (the link's
+// text is the sandbox's, and only named here, never followed).
+func linkTarget(p, target string) string {
+	if target == "" {
+		return ""
+	}
+	if !path.IsAbs(target) {
+		target = path.Join(path.Dir(p), target)
+	}
+	return path.Clean(target)
 }
 
 // userName names the sandbox's well-known uids as envd does.
@@ -153,12 +169,13 @@ func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.
 	if err != nil {
 		return nil, s.h.connectError(ctx, err)
 	}
-	// envd removes a missing path with NotFound; airlock's remove is
-	// idempotent, so look first.
-	if _, err := s.h.files.StatFile(ctx, t.p, t.id, p, user); err != nil {
-		return nil, s.h.connectError(ctx, err)
-	}
+	// A missing path is removed already: envd answers it with success
+	// (E2B's suite, "remove non-existing file"); a missing sandbox stays
+	// an error.
 	err = s.h.files.RemoveFile(ctx, t.p, t.id, p, user, true)
+	if errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errdefs.ErrSandboxNotFound) {
+		return connect.NewResponse(&pb.RemoveResponse{}), nil
+	}
 	s.h.auditFile(ctx, t, api.FileAuditDetail{Op: "remove", Path: p, User: user, Recursive: true}, err)
 	if err != nil {
 		return nil, s.h.connectError(ctx, err)
