@@ -173,6 +173,10 @@ func IsControlPlane(r *http.Request) bool {
 
 // ServeHTTP routes r to the sandbox plane (by header) or the control plane.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if IsSignedFiles(r) && (!IsSandboxPlane(r) || r.Header.Get(HeaderAccessToken) == "") {
+		h.serveSigned(w, r)
+		return
+	}
 	if IsSandboxPlane(r) {
 		h.serveSandbox(w, r)
 		return

@@ -18,7 +18,7 @@ func (s *Server) e2bPlane(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		plane := ""
 		switch {
-		case e2b.IsSandboxPlane(r):
+		case e2b.IsSandboxPlane(r), e2b.IsSignedFiles(r):
 			plane = "e2b sandbox plane"
 		case e2b.IsControlPlane(r):
 			plane = "e2b control plane"
