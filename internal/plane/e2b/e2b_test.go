@@ -786,3 +786,39 @@ func TestPolledWatcher(t *testing.T) {
 		t.Fatalf("poll after remove: %v, want not_found", err)
 	}
 }
+
+// TestProcessStreamBreaksWithItsSandbox: a command running when its sandbox
+// is killed does not end with an exit (-1, which the SDKs report as the
+// command's failure): its stream breaks, as envd's does with its machine,
+// and the sandbox's health answers 502, so the SDKs report the sandbox
+// gone.
+func TestProcessStreamBreaksWithItsSandbox(t *testing.T) {
+	h := newHarness(t)
+	c := h.create("acme")
+	pc := h.process(c, codecs[0].opts)
+	stream, err := pc.Start(context.Background(), connect.NewRequest(&pb.StartRequest{Process: shell(`echo started; sleep 60`)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+		if d := stream.Msg().GetEvent().GetData(); d != nil && strings.Contains(string(d.GetStdout()), "started") {
+			break
+		}
+	}
+	if st := h.call("acme", "DELETE", "/sandboxes/"+c.SandboxID, nil, nil); st != http.StatusNoContent {
+		t.Fatalf("kill: status %d", st)
+	}
+	r, err := collect(t, stream)
+	if r.end != nil || err == nil {
+		t.Fatalf("stream of a killed sandbox's command: end %v, err %v; want a broken stream and no end event", r.end, err)
+	}
+	req, _ := http.NewRequest("GET", h.url+"/health", nil)
+	resp, err := h.client(c).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("health of a killed sandbox: %d, want 502", resp.StatusCode)
+	}
+}

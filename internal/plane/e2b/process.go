@@ -245,6 +245,14 @@ func (h *Handler) follow(ctx context.Context, p *proc, sub *exec.Subscription, s
 			}
 		case exec.EventExit:
 			p.ended()
+			if r := ev.Result; r != nil && (r.ErrorCode == api.ExecCodeSandboxStopped || r.ErrorCode == api.ExecCodeSandboxCrashed) {
+				// The sandbox ended under the command: envd's stream
+				// breaks with its machine, so the connection is dropped
+				// as it would be, and the SDKs, finding the sandbox's
+				// health gone (502), report it killed (TimeoutError), not
+				// an exit of the command.
+				panic(http.ErrAbortHandler)
+			}
 			if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: endEvent(ev.Result)}}); err != nil {
 				return err
 			}
