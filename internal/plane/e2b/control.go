@@ -119,6 +119,7 @@ func (h *Handler) controlMux() http.Handler {
 	mux.Handle("POST /sandboxes/{id}/connect", a(h.connect))
 	mux.Handle("POST /v2/sandboxes/{id}/connect", a(h.connect))
 	mux.Handle("GET /sandboxes/{id}/metrics", a(h.metrics))
+	h.registerTemplates(mux, a)
 	mux.Handle("/", a(func(w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
 		return errf(errdefs.ErrNotFound, "airlock does not serve %s %s of the e2b api", r.Method, r.URL.Path)
 	}))
