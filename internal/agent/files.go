@@ -332,7 +332,10 @@ func (s *Server) writeFile(fr *agentproto.FrameReader, fw *agentproto.FrameWrite
 				mode = st.Mode & 0o7777
 			}
 		}
-		tmp = ".airlock-upload-" + randHex()
+		tmp = uploadPrefix + randHex()
+		if exists && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			tmp = overwritePrefix + randHex() // a watch shows a write (watch.go)
+		}
 		fd, err = unix.Openat(pfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 		if err == unix.EACCES && exists && st.Mode&unix.S_IFMT == unix.S_IFREG {
 			// The user may write the file but not its directory: write in

@@ -41,6 +41,11 @@ const (
 	// uploadPrefix names the agent's own temporary files of an upload in
 	// progress (writeFile); a watch never shows them.
 	uploadPrefix = ".airlock-upload-"
+	// overwritePrefix names the temporary file of an upload over an
+	// existing regular file: when it is renamed into place the watch
+	// shows a write of the file (as envd's in-place write does), not its
+	// creation. Its "o" is no hex digit, so no other upload's name has it.
+	overwritePrefix = uploadPrefix + "o"
 )
 
 // watchMask is what a watched directory reports. IN_EXCL_UNLINK: a file
@@ -243,6 +248,7 @@ type pendingMove struct {
 	path  string
 	dir   bool
 	temp  bool
+	over  bool // an upload's temporary file over an existing file (overwritePrefix)
 	since time.Time
 }
 
@@ -557,7 +563,7 @@ func (w *watcher) event(wd int32, mask, cookie uint32, name string, now time.Tim
 		if len(w.moves) >= maxPendingMoves {
 			w.flushMoves(time.Time{})
 		}
-		w.moves[cookie] = pendingMove{path: p, dir: isDir, temp: temp, since: now}
+		w.moves[cookie] = pendingMove{path: p, dir: isDir, temp: temp, over: strings.HasPrefix(name, overwritePrefix), since: now}
 	case mask&unix.IN_MOVED_TO != 0:
 		from, paired := w.moves[cookie]
 		delete(w.moves, cookie)
@@ -575,6 +581,10 @@ func (w *watcher) event(wd int32, mask, cookie uint32, name string, now time.Tim
 			if isDir {
 				w.retarget(from.path, p)
 			}
+		case paired && from.over && !isDir:
+			// An upload over an existing file finished: its content
+			// changed in one step.
+			w.q.push(agentproto.WatchEvent{Type: agentproto.WatchWrite, Path: p, Time: now})
 		default:
 			// Moved in from outside, or an upload that finished: new here.
 			w.created(p, isDir, now)
