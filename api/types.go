@@ -360,6 +360,9 @@ type FileInfo struct {
 	Group      uint32    `json:"gid"`
 	ModifiedAt time.Time `json:"modified_at"`
 	LinkTarget string    `json:"link_target,omitempty"`
+	// Metadata are the file's user.e2b.* extended attributes (set by an
+	// upload through the E2B plane, or by code in the sandbox).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // FileList is the body of GET …/fs/list.

@@ -311,6 +311,9 @@ func (s *Server) writeFile(fr *agentproto.FrameReader, fw *agentproto.FrameWrite
 	var pfd, fd int = -1, -1
 	var base, tmp string
 	direct := false
+	if err := validMetadata(req.Metadata); err != nil {
+		return agentproto.Response{}, err
+	}
 	err := s.asUser(acct, func() error {
 		dfd, err := s.fs.mkdirAll(path.Dir(p), 0o755)
 		if err != nil {
@@ -376,6 +379,15 @@ func (s *Server) writeFile(fr *agentproto.FrameReader, fw *agentproto.FrameWrite
 		cleanup()
 		return agentproto.Response{}, err
 	}
+	// The metadata replace the file's (a new temporary file has none; one
+	// written in place loses its earlier ones), before the rename, so the
+	// file appears with them.
+	if len(req.Metadata) > 0 || direct {
+		if err := s.asUser(acct, func() error { return setMetadata(fd, req.Metadata) }); err != nil {
+			cleanup()
+			return agentproto.Response{}, err
+		}
+	}
 	if !direct {
 		if err := s.asUser(acct, func() error { return unix.Renameat(pfd, tmp, pfd, base) }); err != nil {
 			cleanup()
@@ -429,6 +441,9 @@ func statFd(fd int, name, p string) (agentproto.FileInfo, error) {
 		}
 	default:
 		fi.Type = agentproto.FileTypeOther
+	}
+	if fi.Type == agentproto.FileTypeFile || fi.Type == agentproto.FileTypeDir {
+		fi.Metadata = readMetadata(fd, name)
 	}
 	return fi, nil
 }

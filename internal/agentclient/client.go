@@ -249,9 +249,15 @@ func (c *Client) readFile(ctx context.Context, req agentproto.Request) (io.ReadC
 // keeps an existing file's mode or uses 0644. With maxBytes > 0 a longer input
 // fails with errdefs.ErrTooLarge and leaves no file. It returns the bytes written.
 func (c *Client) WriteFile(ctx context.Context, path, user string, mode os.FileMode, r io.Reader, maxBytes int64) (int64, error) {
+	return c.WriteFileWithMetadata(ctx, path, user, mode, nil, r, maxBytes)
+}
+
+// WriteFileWithMetadata is WriteFile that also gives the file metadata
+// (agentproto.Request.Metadata), in place of any it had.
+func (c *Client) WriteFileWithMetadata(ctx context.Context, path, user string, mode os.FileMode, md map[string]string, r io.Reader, maxBytes int64) (int64, error) {
 	resp, sent, err := c.upload(ctx, agentproto.Request{
 		Op: agentproto.OpWriteFile, Path: path, User: user,
-		Mode: uint32(mode.Perm()), MaxBytes: maxBytes,
+		Mode: uint32(mode.Perm()), MaxBytes: maxBytes, Metadata: md,
 	}, r, true)
 	if err != nil {
 		return 0, err

@@ -299,7 +299,22 @@ type FileInfo struct {
 	ModTime time.Time `json:"mod_time"`
 	// LinkTarget is the target of a symlink.
 	LinkTarget string `json:"link_target,omitempty"`
+	// Metadata are the file's user.e2b.<key> extended attributes (a
+	// regular file's or a directory's), as written with OpWriteFile or by
+	// anything in the sandbox: bounded (MaxMetadataKeys, MaxMetadataBytes),
+	// valid UTF-8 only.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
+
+// Bounds of a file's metadata (FileInfo.Metadata, Request.Metadata): the
+// keys, and the bytes of keys and values together.
+const (
+	MaxMetadataKeys  = 64
+	MaxMetadataBytes = 16 << 10
+	// MetadataXattrPrefix is the extended attribute namespace of a file's
+	// metadata.
+	MetadataXattrPrefix = "user.e2b."
+)
 
 // Watch event types.
 const (
@@ -378,6 +393,10 @@ type Request struct {
 	// MaxBytes limits OpWriteFile (0: no limit); past it the agent answers
 	// CodeTooLarge.
 	MaxBytes int64 `json:"max_bytes,omitempty"`
+	// Metadata are an OpWriteFile's key/value pairs, kept on the file as
+	// its user.e2b.<key> extended attributes (see FileInfo.Metadata); a
+	// write replaces the file's earlier ones.
+	Metadata map[string]string `json:"metadata,omitempty"`
 	// Depth is OpList's depth (<=0 means 1).
 	Depth int `json:"depth,omitempty"`
 	// Parents makes OpMkdir create missing parents and accept an existing dir.

@@ -52,10 +52,13 @@ const (
 	// JupyterPort is the code interpreter's port (/execute, /contexts).
 	JupyterPort = 49999
 	// EnvdVersion is the envd version we report. The SDKs gate features on
-	// it: 0.5.7 enables CloseStdin (0.5.2), stdin (0.3.0), the default user
-	// (0.4.0) and octet-stream uploads, and keeps off per-file metadata
-	// (0.6.2) and watch entries (0.6.3), which airlock does not keep.
-	EnvdVersion = "0.5.7"
+	// it (js-sdk src/envd/versions.ts), and airlock serves each one up to
+	// it: stdin (0.3.0), the default user (0.4.0), CloseStdin (0.5.2),
+	// octet-stream uploads (0.5.7), per-file metadata as user.e2b.* xattrs
+	// (0.6.2), the entry of a watch event (0.6.3), and watches that allow
+	// network mounts (0.6.4: a sandbox has none, so the flag changes
+	// nothing).
+	EnvdVersion = "0.6.4"
 )
 
 // CodeService runs code-interpreter cells; *interp.Service implements it.

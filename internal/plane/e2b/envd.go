@@ -209,26 +209,62 @@ func (h *Handler) getFile(w http.ResponseWriter, r *http.Request) {
 
 // entryInfo is one item of POST /files' answer.
 type entryInfo struct {
-	Path string `json:"path"`
-	Name string `json:"name"`
-	Type string `json:"type"`
+	Path     string            `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// metadataHeader starts the headers that carry an upload's file metadata
+// (X-Metadata-<key>: <value>, envd 0.6.2).
+const metadataHeader = "X-Metadata-"
+
+// uploadMetadata returns an upload's metadata: its X-Metadata-* headers,
+// keys lowercased (HTTP header names carry no case), values printable
+// ASCII as the SDKs send them.
+func uploadMetadata(hdr http.Header) (map[string]string, error) {
+	var md map[string]string
+	for k, vs := range hdr {
+		key, ok := strings.CutPrefix(k, metadataHeader)
+		if !ok {
+			continue
+		}
+		if key == "" || len(vs) != 1 {
+			return nil, errf(errdefs.ErrInvalidArgument, "invalid metadata header %q", k)
+		}
+		for _, c := range []byte(vs[0]) {
+			if c < 0x20 || c > 0x7e {
+				return nil, errf(errdefs.ErrInvalidArgument, "metadata value of %q must be printable ASCII", key)
+			}
+		}
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[strings.ToLower(key)] = vs[0]
+	}
+	return md, nil
 }
 
 func (h *Handler) postFile(w http.ResponseWriter, r *http.Request) {
 	t := targetFrom(r.Context())
 	user := fileUser(r)
 	r.Body = http.MaxBytesReader(w, r.Body, h.cfg.MaxUploadBytes)
+	md, err := uploadMetadata(r.Header)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
 	write := func(p string, body io.Reader) (entryInfo, error) {
 		p, err := resolvePath(p, user)
 		if err != nil {
 			return entryInfo{}, err
 		}
-		fw, err := h.files.WriteFile(r.Context(), t.p, t.id, p, user, 0, body, h.cfg.MaxUploadBytes)
+		fw, err := h.files.WriteFileWithMetadata(r.Context(), t.p, t.id, p, user, 0, md, body, h.cfg.MaxUploadBytes)
 		h.auditFile(r.Context(), t, api.FileAuditDetail{Op: "write", Path: p, User: user, Bytes: fw.Size}, err)
 		if err != nil {
 			return entryInfo{}, err
 		}
-		return entryInfo{Path: p, Name: path.Base(p), Type: "file"}, nil
+		return entryInfo{Path: p, Name: path.Base(p), Type: "file", Metadata: md}, nil
 	}
 	var out []entryInfo
 	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))

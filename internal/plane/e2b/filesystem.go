@@ -41,7 +41,7 @@ var _ filesystempbconnect.FilesystemHandler = (*filesystemService)(nil)
 // entryOf turns airlock's file info into envd's.
 func entryOf(fi api.FileInfo) *pb.EntryInfo {
 	e := &pb.EntryInfo{Name: fi.Name, Path: fi.Path, Size: fi.Size, Owner: userName(fi.Owner), Group: userName(fi.Group),
-		ModifiedTime: timestamppb.New(fi.ModifiedAt)}
+		ModifiedTime: timestamppb.New(fi.ModifiedAt), Metadata: fi.Metadata}
 	perm, _ := strconv.ParseUint(fi.Mode, 8, 32)
 	mode := fs.FileMode(perm)
 	switch fi.Type {
@@ -297,6 +297,9 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[p
 				return h.connectError(ctx, b.err)
 			}
 			evs, lost := envdEvents(dir, b.evs)
+			if req.Msg.GetIncludeEntry() {
+				s.addEntries(ctx, t, dir, user, evs)
+			}
 			for _, ev := range evs {
 				if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
 					return err
@@ -306,6 +309,31 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[p
 				return h.connectError(ctx, errEventsLost())
 			}
 			keepalive.Reset(h.cfg.Keepalive)
+		}
+	}
+}
+
+// maxEntriesPerBatch bounds the stats one batch of watch events costs
+// with include_entry: past it, events go without their entry.
+const maxEntriesPerBatch = 64
+
+// addEntries gives each event of a file that is there (created, written,
+// its mode changed) the file's entry, as envd 0.6.3 does for a watch with
+// include_entry: one stat each, as the watch's user. A file gone by then
+// has none.
+func (s *filesystemService) addEntries(ctx context.Context, t target, dir, user string, evs []*pb.FilesystemEvent) {
+	n := 0
+	for _, ev := range evs {
+		switch ev.GetType() {
+		case pb.EventType_EVENT_TYPE_CREATE, pb.EventType_EVENT_TYPE_WRITE, pb.EventType_EVENT_TYPE_CHMOD:
+		default:
+			continue
+		}
+		if n++; n > maxEntriesPerBatch {
+			return
+		}
+		if fi, err := s.h.files.StatFile(ctx, t.p, t.id, path.Join(dir, ev.GetName()), user); err == nil {
+			ev.Entry = entryOf(fi)
 		}
 	}
 }

@@ -50,7 +50,7 @@ type Files interface {
 	Mkdir(ctx context.Context, p auth.Principal, id, pth, user string, parents bool) (api.FileInfo, error)
 	Move(ctx context.Context, p auth.Principal, id, from, to, user string) (api.FileInfo, error)
 	RemoveFile(ctx context.Context, p auth.Principal, id, pth, user string, recursive bool) error
-	WriteFile(ctx context.Context, p auth.Principal, id, pth, user string, mode os.FileMode, r io.Reader, maxBytes int64) (api.FileWritten, error)
+	WriteFileWithMetadata(ctx context.Context, p auth.Principal, id, pth, user string, mode os.FileMode, md map[string]string, r io.Reader, maxBytes int64) (api.FileWritten, error)
 	TarIn(ctx context.Context, p auth.Principal, id, dir, user string, r io.Reader) (api.FileWritten, error)
 	ReadFile(ctx context.Context, p auth.Principal, id, pth, user string) (io.ReadCloser, api.FileInfo, error)
 	WatchDir(ctx context.Context, p auth.Principal, id, pth, user string, recursive bool) (*files.Watch, error)

@@ -78,7 +78,7 @@ func (m *Service) fileSandbox(ctx context.Context, p auth.Principal, id, user st
 func fileInfo(fi agentproto.FileInfo) api.FileInfo {
 	return api.FileInfo{
 		Name: fi.Name, Path: fi.Path, Type: fi.Type, Size: fi.Size, Mode: fmt.Sprintf("%04o", fi.Mode&0o7777),
-		Owner: fi.Uid, Group: fi.Gid, ModifiedAt: fi.ModTime, LinkTarget: fi.LinkTarget,
+		Owner: fi.Uid, Group: fi.Gid, ModifiedAt: fi.ModTime, LinkTarget: fi.LinkTarget, Metadata: fi.Metadata,
 	}
 }
 
@@ -184,6 +184,12 @@ func (m *Service) RemoveFile(ctx context.Context, p auth.Principal, id, pth, use
 
 // WriteFile stores r at pth with mode (0: default), at most maxBytes.
 func (m *Service) WriteFile(ctx context.Context, p auth.Principal, id, pth, user string, mode os.FileMode, r io.Reader, maxBytes int64) (api.FileWritten, error) {
+	return m.WriteFileWithMetadata(ctx, p, id, pth, user, mode, nil, r, maxBytes)
+}
+
+// WriteFileWithMetadata is WriteFile that also gives the file metadata
+// (its user.e2b.* extended attributes), in place of any it had.
+func (m *Service) WriteFileWithMetadata(ctx context.Context, p auth.Principal, id, pth, user string, mode os.FileMode, md map[string]string, r io.Reader, maxBytes int64) (api.FileWritten, error) {
 	ctx, span := tracing.StartSpan(ctx, "manager.files.write", id)
 	defer span.End()
 	sb, err := m.fileSandbox(ctx, p, id, user, &pth)
@@ -197,7 +203,7 @@ func (m *Service) WriteFile(ctx context.Context, p auth.Principal, id, pth, user
 	if err != nil {
 		return api.FileWritten{}, err
 	}
-	n, err := c.WriteFile(ctx, pth, user, mode, r, maxBytes)
+	n, err := c.WriteFileWithMetadata(ctx, pth, user, mode, md, r, maxBytes)
 	if err != nil {
 		return api.FileWritten{}, err
 	}
