@@ -409,13 +409,24 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request, p auth.Princip
 	if err != nil {
 		return err
 	}
+	// start and end (unix seconds, optional) bound the points: airlock
+	// has the current one, stamped to the second as the query is.
+	var start, end int64 = 0, math.MaxInt64
+	for name, v := range map[string]*int64{"start": &start, "end": &end} {
+		if q := r.URL.Query().Get(name); q != "" {
+			n, err := strconv.ParseInt(q, 10, 64)
+			if err != nil {
+				return errf(errdefs.ErrInvalidArgument, "%s must be a unix time in seconds", name)
+			}
+			*v = n
+		}
+	}
 	out := []sandboxMetric{}
-	if sb.State == api.StateRunning {
+	if now := time.Now().UTC().Truncate(time.Second); sb.State == api.StateRunning && now.Unix() >= start && now.Unix() <= end {
 		m, err := h.sandboxes.Metrics(r.Context(), p, id)
 		if err != nil {
 			return err
 		}
-		now := time.Now().UTC()
 		cpus := int(math.Ceil(sb.Resources.CPU))
 		pct := 0.0
 		if m.UptimeS > 0 && sb.Resources.CPU > 0 {

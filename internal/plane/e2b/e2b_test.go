@@ -181,6 +181,18 @@ func TestControlPlane(t *testing.T) {
 		if st := h.call("acme", "GET", "/sandboxes/"+c.SandboxID+"/metrics", nil, &ms); st != http.StatusOK || len(ms) != 1 || ms[0].CPUCount < 1 {
 			t.Fatalf("metrics: status %d %+v", st, ms)
 		}
+		// A range before the sandbox existed has no points; one around now
+		// has the current one.
+		past := time.Now().Add(-time.Hour).Unix()
+		if st := h.call("acme", "GET", fmt.Sprintf("/sandboxes/%s/metrics?start=%d&end=%d", c.SandboxID, past, past+1800), nil, &ms); st != http.StatusOK || len(ms) != 0 {
+			t.Fatalf("metrics of an hour ago: status %d %+v, want none", st, ms)
+		}
+		if st := h.call("acme", "GET", fmt.Sprintf("/sandboxes/%s/metrics?start=%d&end=%d", c.SandboxID, past, time.Now().Unix()+5), nil, &ms); st != http.StatusOK || len(ms) != 1 {
+			t.Fatalf("metrics of the last hour: status %d %+v, want the current point", st, ms)
+		}
+		if st := h.call("acme", "GET", "/sandboxes/"+c.SandboxID+"/metrics?start=yesterday", nil, nil); st != http.StatusBadRequest {
+			t.Fatalf("metrics with a bad start: status %d, want 400", st)
+		}
 		if st := h.call("acme", "DELETE", "/sandboxes/"+c.SandboxID, nil, nil); st != http.StatusNoContent {
 			t.Fatalf("kill: status %d", st)
 		}
