@@ -40,6 +40,7 @@ type newSandboxRequest struct {
 	EnvVars             map[string]string `json:"envVars,omitempty"`
 	AutoPause           bool              `json:"autoPause,omitempty"`
 	AllowInternetAccess *bool             `json:"allow_internet_access,omitempty"`
+	Network             *networkConfig    `json:"network,omitempty"`
 }
 
 // sandboxResponse is E2B's Sandbox (create, connect, resume).
@@ -119,6 +120,7 @@ func (h *Handler) controlMux() http.Handler {
 	mux.Handle("POST /sandboxes/{id}/connect", a(h.connect))
 	mux.Handle("POST /v2/sandboxes/{id}/connect", a(h.connect))
 	mux.Handle("GET /sandboxes/{id}/metrics", a(h.metrics))
+	mux.Handle("PUT /sandboxes/{id}/network", a(h.updateNetwork))
 	h.registerTemplates(mux, a)
 	mux.Handle("/", a(func(w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
 		return errf(errdefs.ErrNotFound, "airlock does not serve %s %s of the e2b api", r.Method, r.URL.Path)
@@ -170,13 +172,11 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, p auth.Principa
 	req := api.CreateSandboxRequest{
 		Template: tmpl, Env: body.EnvVars, Metadata: body.Metadata, AutoPause: body.AutoPause, TimeoutS: body.Timeout,
 	}
-	if body.AllowInternetAccess != nil {
-		mode := "none"
-		if *body.AllowInternetAccess {
-			mode = "open"
-		}
-		req.Network = &api.Network{Mode: mode}
+	n, err := policyOf(body.Network, body.AllowInternetAccess)
+	if err != nil {
+		return err
 	}
+	req.Network = n
 	res, err := h.sandboxes.Create(r.Context(), p, req, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err

@@ -27,6 +27,7 @@ type Sandboxes interface {
 	Pause(ctx context.Context, p auth.Principal, id string) (api.Sandbox, error)
 	Resume(ctx context.Context, p auth.Principal, id string) (api.Sandbox, error)
 	Metrics(ctx context.Context, p auth.Principal, id string) (api.Metrics, error)
+	UpdateNetwork(ctx context.Context, p auth.Principal, id string, req api.Network) (api.Sandbox, error)
 	// Lives are the sandboxes this daemon holds (the signed /files URLs
 	// name none: signing.go).
 	Lives() []*sandbox.Live
