@@ -230,7 +230,16 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, p auth.Principal)
 		}
 		f.Limit = n
 	}
-	sbs, err := h.sandboxes.List(r.Context(), p, f)
+	lf, err := parseListFilters(q)
+	if err != nil {
+		return err
+	}
+	var sbs api.SandboxList
+	if lf.active() {
+		sbs, err = h.listFiltered(r.Context(), p, f, lf)
+	} else {
+		sbs, err = h.sandboxes.List(r.Context(), p, f)
+	}
 	if err != nil {
 		return err
 	}

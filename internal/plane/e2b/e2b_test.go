@@ -9,6 +9,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -832,5 +833,73 @@ func TestProcessStreamBreaksWithItsSandbox(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("health of a killed sandbox: %d, want 502", resp.StatusCode)
+	}
+}
+
+// TestListOrderStartedAfterTemplate: GET /v2/sandboxes' order (by start,
+// newest first by default), startedAfter (inclusive) and template filters,
+// paged by nextToken.
+func TestListOrderStartedAfterTemplate(t *testing.T) {
+	h := newHarness(t)
+	var ids []string
+	for range 3 {
+		ids = append(ids, h.create("acme").SandboxID)
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.create("globex") // never seen by acme
+	type listed struct {
+		SandboxID  string    `json:"sandboxID"`
+		StartedAt  time.Time `json:"startedAt"`
+		TemplateID string    `json:"templateID"`
+	}
+	list := func(q string) []string {
+		t.Helper()
+		var out []listed
+		if st := h.call("acme", "GET", "/v2/sandboxes?"+q, nil, &out); st != http.StatusOK {
+			t.Fatalf("list %s: status %d", q, st)
+		}
+		var got []string
+		for _, s := range out {
+			got = append(got, s.SandboxID)
+		}
+		return got
+	}
+	if got := list("order=asc"); !slices.Equal(got, ids) {
+		t.Fatalf("order=asc: %v, want %v", got, ids)
+	}
+	rev := slices.Clone(ids)
+	slices.Reverse(rev)
+	if got := list("order=desc"); !slices.Equal(got, rev) {
+		t.Fatalf("order=desc: %v, want %v", got, rev)
+	}
+	var all []listed
+	h.call("acme", "GET", "/v2/sandboxes?order=asc", nil, &all)
+	second := all[1].StartedAt
+	if got := list("order=asc&startedAfter=" + url.QueryEscape(second.Format(time.RFC3339Nano))); !slices.Equal(got, ids[1:]) {
+		t.Fatalf("startedAfter the second's start: %v, want %v", got, ids[1:])
+	}
+	if got := list("template=base&order=asc"); !slices.Equal(got, ids) {
+		t.Fatalf("template=base: %v, want %v", got, ids)
+	}
+	if got := list("template=unknown-template"); len(got) != 0 {
+		t.Fatalf("template=unknown-template: %v, want none", got)
+	}
+	// Paged: two, then the rest.
+	req, _ := http.NewRequest("GET", h.url+"/v2/sandboxes?order=asc&limit=2", nil)
+	req.Header.Set("X-API-Key", h.key("acme"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	next := resp.Header.Get("X-Next-Token")
+	if next == "" {
+		t.Fatal("no X-Next-Token after a page of 2 of 3")
+	}
+	if got := list("order=asc&limit=2&nextToken=" + url.QueryEscape(next)); !slices.Equal(got, ids[2:]) {
+		t.Fatalf("second page: %v, want %v", got, ids[2:])
+	}
+	if st := h.call("acme", "GET", "/v2/sandboxes?order=sideways", nil, nil); st != http.StatusBadRequest {
+		t.Fatalf("order=sideways: %d, want 400", st)
 	}
 }
