@@ -585,8 +585,16 @@ func (w *watcher) event(wd int32, mask, cookie uint32, name string, now time.Tim
 			// An upload over an existing file finished: its content
 			// changed in one step.
 			w.q.push(agentproto.WatchEvent{Type: agentproto.WatchWrite, Path: p, Time: now})
+		case paired && from.temp && !isDir:
+			// An upload that finished: a new file here, and its content
+			// (envd's in-place write shows both: E2B's clients wait for
+			// the write of a file they upload into a new directory).
+			w.created(p, isDir, now)
+			if w.nonEmpty(p) {
+				w.q.push(agentproto.WatchEvent{Type: agentproto.WatchWrite, Path: p, Time: now})
+			}
 		default:
-			// Moved in from outside, or an upload that finished: new here.
+			// Moved in from outside: new here.
 			w.created(p, isDir, now)
 		}
 	case mask&unix.IN_MODIFY != 0:
@@ -658,6 +666,18 @@ func (w *watcher) created(p string, isDir bool, now time.Time) {
 		}
 		return w.addTree(p, true, false)
 	})
+}
+
+// nonEmpty reports whether p is a file with content (a symlink is not
+// followed; a file gone already has none).
+func (w *watcher) nonEmpty(p string) bool {
+	fd, err := w.s.fs.open(p, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size > 0
 }
 
 // removed reports p as gone and, for a directory, forgets the watches below

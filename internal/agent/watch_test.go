@@ -384,10 +384,10 @@ func wantOverflowOnly(want string) func(t *testing.T, got []agentproto.WatchEven
 }
 
 // TestWatchUpload checks that the agent's own upload (a temp file renamed
-// into place) shows as the file's creation only: never under the temp name,
-// and no write after it (the content was complete when it appeared); an
-// upload over an existing file shows as one write of it (envd writes in
-// place: E2B's clients wait for that write).
+// into place) shows as envd's in-place write does, never under the temp
+// name: a new file's creation, then its write when it has content; an
+// upload over an existing file as one write of it (E2B's clients wait for
+// those writes).
 func TestWatchUpload(t *testing.T) {
 	e := newFileEnv(t)
 	_, we := startWatch(t, e.c, "/home/user", "", false)
@@ -405,7 +405,7 @@ func TestWatchUpload(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(e.dir, "home/user/zz-marker"), "")
 	got := we.until(is("create", "/home/user/zz-marker"))
-	if want := "create /home/user/up.txt, create /home/user/empty, write /home/user/up.txt, create /home/user/zz-marker"; show(only(got, "create", "write", "remove", "rename")) != want {
+	if want := "create /home/user/up.txt, write /home/user/up.txt, create /home/user/empty, write /home/user/up.txt, create /home/user/zz-marker"; show(only(got, "create", "write", "remove", "rename")) != want {
 		t.Fatalf("events\n got %s\nwant %s", show(got), want)
 	}
 }
