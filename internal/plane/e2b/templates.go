@@ -41,6 +41,9 @@ import (
 const (
 	// e2bPendingTTL is how long a reserved build or an upload stays unused.
 	e2bPendingTTL = time.Hour
+	// e2bBuildTTL is how long a started build keeps its E2B id (its
+	// status is then asked by airlock's build id).
+	e2bBuildTTL = 24 * time.Hour
 	// maxPendingPerTenant bounds the reserved, untriggered builds of a tenant.
 	maxPendingPerTenant = 64
 	// maxUploadsPerTenant bounds the uploads (and upload slots) of a tenant.
@@ -151,7 +154,7 @@ func newID() string {
 // (their files removed) and upload slots.
 func (t *templateAPI) sweepLocked(now time.Time) {
 	for id, b := range t.builds {
-		if !b.triggered && now.Sub(b.created) > e2bPendingTTL {
+		if (!b.triggered && now.Sub(b.created) > e2bPendingTTL) || (b.bldID != "" && now.Sub(b.created) > e2bBuildTTL) {
 			delete(t.builds, id)
 		}
 	}
