@@ -91,6 +91,7 @@ type uploadKey struct{ tenant, hash string }
 
 type e2bUpload struct {
 	path string
+	size int64
 	used time.Time
 }
 

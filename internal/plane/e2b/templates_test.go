@@ -496,6 +496,16 @@ func TestTemplatesRefuseHostileInput(t *testing.T) {
 	if len(f.reqs) != 0 {
 		t.Fatalf("builds started: %v", f.reqs)
 	}
+	// What a tenant holds is bounded (four times the upload limit here).
+	for i := range 5 {
+		var l uploadLink
+		hash := fmt.Sprintf("%064x", i+1)
+		h.call("quota", "GET", "/templates/ok/files/"+hash, nil, &l)
+		st, b := put(t, l.URL, tarOf(t, false, [2]string{"f", strings.Repeat("x", 2000)}))
+		if want := map[bool]int{true: http.StatusOK, false: http.StatusInsufficientStorage}[i < 4]; st != want {
+			t.Fatalf("upload %d of a tenant: %d %s, want %d", i+1, st, b, want)
+		}
+	}
 	// Another tenant cannot trigger (or see) acme's build.
 	if st := h.call("other", "POST", "/v2/templates/ok/builds/"+rq.BuildID, map[string]any{"fromTemplate": "base"}, nil); st != http.StatusNotFound {
 		t.Fatalf("another tenant's trigger: %d, want 404", st)

@@ -31,6 +31,9 @@ const (
 	// maxUploadEntries bounds the entries of an upload (the builder takes
 	// 200 000 in a whole context).
 	maxUploadEntries = 200_000
+	// maxTenantUploadFactor bounds the uploads a tenant holds at once:
+	// this many times the upload limit.
+	maxTenantUploadFactor = 4
 )
 
 // fileUpload is E2B's TemplateBuildFileUpload.
@@ -61,7 +64,7 @@ func (t *templateAPI) fileUploadLink(w http.ResponseWriter, r *http.Request, p a
 	}
 	if t.tenantUploadsLocked(p.Tenant) >= maxUploadsPerTenant {
 		t.mu.Unlock()
-		return errf(errdefs.ErrRateLimited, "too many template file uploads (at most %d an hour)", maxUploadsPerTenant)
+		return errf(errdefs.ErrRateLimited, "too many template file uploads held (at most %d; they are dropped an hour after their last use)", maxUploadsPerTenant)
 	}
 	b := make([]byte, 24)
 	rand.Read(b)
@@ -151,14 +154,23 @@ func (t *templateAPI) storeUpload(r *http.Request, s *uploadSlot) error {
 	if err := checkUpload(f, max); err != nil {
 		return err
 	}
-	keep = true
 	k := uploadKey{s.tenant, s.hash}
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	var held int64
+	for ok, u := range t.uploads {
+		if ok.tenant == s.tenant && ok != k {
+			held += u.size
+		}
+	}
+	if held+n > maxTenantUploadFactor*max {
+		return errf(errdefs.ErrQuotaExceeded, "this tenant's template uploads would exceed %d bytes (they are dropped an hour after their last use)", maxTenantUploadFactor*max)
+	}
 	if old, ok := t.uploads[k]; ok {
 		os.Remove(old.path)
 	}
-	t.uploads[k] = &e2bUpload{path: f.Name(), used: time.Now()}
-	t.mu.Unlock()
+	keep = true
+	t.uploads[k] = &e2bUpload{path: f.Name(), size: n, used: time.Now()}
 	return nil
 }
 
