@@ -85,6 +85,8 @@ type e2bBuild struct {
 	triggered bool
 	bldID     string
 	version   int
+	// steps maps the spec's lines to the SDK's steps (translated.steps).
+	steps []string
 }
 
 type uploadKey struct{ tenant, hash string }
@@ -307,14 +309,14 @@ func (t *templateAPI) triggerBuild(w http.ResponseWriter, r *http.Request, p aut
 		b.triggered = false
 		t.mu.Unlock()
 	}
-	bs, err := t.startBuild(r, p, svc, b, body)
+	bs, steps, err := t.startBuild(r, p, svc, b, body)
 	if err != nil {
 		release()
 		return err
 	}
 	now := time.Now()
 	t.mu.Lock()
-	b.bldID, b.version = bs.BuildID, bs.Version
+	b.bldID, b.version, b.steps = bs.BuildID, bs.Version, steps
 	key := p.Tenant + "\x00" + b.name
 	for _, tg := range b.tags {
 		if t.tags[key] == nil {
@@ -328,17 +330,22 @@ func (t *templateAPI) triggerBuild(w http.ResponseWriter, r *http.Request, p aut
 }
 
 // startBuild makes the spec and the context of body and submits them.
-func (t *templateAPI) startBuild(r *http.Request, p auth.Principal, svc Templates, b *e2bBuild, body buildStart) (api.TemplateBuildStarted, error) {
+func (t *templateAPI) startBuild(r *http.Request, p auth.Principal, svc Templates, b *e2bBuild, body buildStart) (api.TemplateBuildStarted, []string, error) {
+	bs, spec, err := t.submit(r, p, svc, b, body)
+	return bs, spec.steps, err
+}
+
+func (t *templateAPI) submit(r *http.Request, p auth.Principal, svc Templates, b *e2bBuild, body buildStart) (api.TemplateBuildStarted, translated, error) {
 	from, err := t.fromRef(r, p, body)
 	if err != nil {
-		return api.TemplateBuildStarted{}, err
+		return api.TemplateBuildStarted{}, translated{}, err
 	}
 	parent, err := svc.GetTemplate(r.Context(), p, from)
 	if err != nil {
 		if errdefs.IsNotFound(err) {
-			return api.TemplateBuildStarted{}, errf(errdefs.ErrInvalidArgument, "template %q to build from not found", from)
+			return api.TemplateBuildStarted{}, translated{}, errf(errdefs.ErrInvalidArgument, "template %q to build from not found", from)
 		}
-		return api.TemplateBuildStarted{}, err
+		return api.TemplateBuildStarted{}, translated{}, err
 	}
 	// The files of every COPY step, checked out under the lock.
 	t.mu.Lock()
@@ -359,10 +366,10 @@ func (t *templateAPI) startBuild(r *http.Request, p auth.Principal, svc Template
 	t.mu.Unlock()
 	spec, err := translate(from, parent, body, files)
 	if err != nil {
-		return api.TemplateBuildStarted{}, err
+		return api.TemplateBuildStarted{}, translated{}, err
 	}
 	if len(missing) > 0 {
-		return api.TemplateBuildStarted{}, errf(errdefs.ErrInvalidArgument, "the files of COPY (hash %s) were not uploaded", missing[0])
+		return api.TemplateBuildStarted{}, translated{}, errf(errdefs.ErrInvalidArgument, "the files of COPY (hash %s) were not uploaded", missing[0])
 	}
 	req := api.TemplateBuildRequest{Name: b.name, Dockerfile: spec.dockerfile}
 	if body.StartCmd != "" {
@@ -374,10 +381,11 @@ func (t *templateAPI) startBuild(r *http.Request, p auth.Principal, svc Template
 	ctxPath := ""
 	if len(spec.hashes) > 0 {
 		if ctxPath, err = t.writeContext(svc, spec.hashes, files); err != nil {
-			return api.TemplateBuildStarted{}, err
+			return api.TemplateBuildStarted{}, translated{}, err
 		}
 	}
-	return svc.BuildTemplate(r.Context(), p, req, ctxPath, "")
+	bs, err := svc.BuildTemplate(r.Context(), p, req, ctxPath, "")
+	return bs, spec, err
 }
 
 // fromRef is the airlock template the build starts from.
@@ -483,10 +491,11 @@ func (t *templateAPI) buildStatus(w http.ResponseWriter, r *http.Request, p auth
 	out := buildInfo{BuildID: id, TemplateID: templateID, LogEntries: []logEntry{}, Logs: []string{}}
 	b, err := t.build(p, templateID, id)
 	bldID := ""
+	var steps []string
 	switch {
 	case err == nil:
 		t.mu.Lock()
-		bldID = b.bldID
+		bldID, steps = b.bldID, b.steps
 		t.mu.Unlock()
 	case strings.HasPrefix(id, "bld_"):
 		// An airlock build id (what a restarted daemon still knows).
@@ -532,7 +541,7 @@ func (t *templateAPI) buildStatus(w http.ResponseWriter, r *http.Request, p auth
 		if msg == "" {
 			msg = "the build failed"
 		}
-		out.Reason = &buildReason{Message: msg, LogEntries: []logEntry{}}
+		out.Reason = &buildReason{Message: msg, Step: failedStep(msg, steps), LogEntries: []logEntry{}}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -57,3 +57,19 @@ func TestCopyTargets(t *testing.T) {
 		}
 	}
 }
+
+// A build error's spec line is the SDK's step that made it.
+func TestFailedStep(t *testing.T) {
+	steps := []string{"base", "base", "base", "1", "2", "2", "2", "3"}
+	for msg, want := range map[string]string{
+		"step 6/6 (line 8) RUN exit 3: exited with status 3": "3",
+		"step 3/6 (line 6) RUN id: exited with status 1":     "2",
+		"line 1: FROM: template x not found":                 "base",
+		"line 9: beyond the spec":                            "",
+		"no line here":                                       "",
+	} {
+		if got := failedStep(msg, steps); got != want {
+			t.Errorf("failedStep(%q) = %q, want %q", msg, got, want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"path"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/airlockhq/airlock/api"
@@ -56,6 +57,10 @@ var (
 type translated struct {
 	dockerfile string
 	hashes     []string
+	// steps names, for each line of the spec (from 1), the SDK's step it
+	// came from: "base" (FROM and the defaults after it) or the step's
+	// number from 1, which the SDK maps to the call that made it.
+	steps []string
 }
 
 // translate turns the SDK's steps into airlock's spec (docs/templates.md):
@@ -66,8 +71,12 @@ func translate(from string, parent api.Template, body buildStart, files map[stri
 	if len(body.Steps) > maxSteps {
 		return translated{}, errf(errdefs.ErrInvalidArgument, "a template has at most %d steps", maxSteps)
 	}
-	var out []string
-	emit := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	var out, steps []string
+	step := "base"
+	emit := func(format string, args ...any) {
+		out = append(out, fmt.Sprintf(format, args...))
+		steps = append(steps, step)
+	}
 	emit("FROM %s", from)
 	user, workdir := parent.User, parent.Workdir
 	if user == "" {
@@ -91,6 +100,7 @@ func translate(from string, parent api.Template, body buildStart, files map[stri
 	var hashes []string
 	seen := map[string]bool{}
 	for i, s := range body.Steps {
+		step = strconv.Itoa(i + 1)
 		fail := func(format string, args ...any) error {
 			return errf(errdefs.ErrInvalidArgument, "step %d (%s): %s", i+1, s.Type, fmt.Sprintf(format, args...))
 		}
@@ -197,7 +207,23 @@ func translate(from string, parent api.Template, body buildStart, files map[stri
 			return translated{}, fail("step type %q is not supported (RUN, COPY, ENV, WORKDIR, USER)", s.Type)
 		}
 	}
-	return translated{dockerfile: strings.Join(out, "\n") + "\n", hashes: hashes}, nil
+	return translated{dockerfile: strings.Join(out, "\n") + "\n", hashes: hashes, steps: steps}, nil
+}
+
+// errLineRE finds the spec line a build error names.
+var errLineRE = regexp.MustCompile(`(?:^line |\(line )(\d+)[:)]`)
+
+// failedStep is the SDK's step a build error names, or "".
+func failedStep(msg string, steps []string) string {
+	m := errLineRE.FindStringSubmatch(msg)
+	if m == nil {
+		return ""
+	}
+	n, err := strconv.Atoi(m[1])
+	if err != nil || n < 1 || n > len(steps) {
+		return ""
+	}
+	return steps[n-1]
 }
 
 // copySource is the part of a COPY source before its first pattern: the

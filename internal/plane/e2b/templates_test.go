@@ -214,6 +214,7 @@ type statusBody struct {
 	Logs   []string `json:"logs"`
 	Reason *struct {
 		Message string `json:"message"`
+		Step    string `json:"step"`
 	} `json:"reason"`
 }
 
@@ -372,13 +373,20 @@ func TestTemplatesBuildErrorCarriesReason(t *testing.T) {
 	h := newHarness(t, withTemplates(f, 0))
 	var rq requested
 	h.call("acme", "POST", "/v3/templates", map[string]any{"name": "broken"}, &rq)
-	start := map[string]any{"fromTemplate": "base", "steps": []map[string]any{{"type": "RUN", "args": []string{"exit 3"}}}}
+	// The spec: FROM base, USER user, WORKDIR /home/user, then a line per
+	// step, but the RUN as root, which takes three.
+	start := map[string]any{"fromTemplate": "base", "steps": []map[string]any{
+		{"type": "RUN", "args": []string{"true"}},
+		{"type": "RUN", "args": []string{"id", "root"}},
+		{"type": "RUN", "args": []string{"exit 3"}},
+	}}
 	if st := h.call("acme", "POST", "/v2/templates/broken/builds/"+rq.BuildID, start, nil); st != http.StatusAccepted {
 		t.Fatalf("trigger: %d", st)
 	}
-	f.finish("bld_1", api.BuildFailed, "step 1/1: RUN exit 3\n", "step 1: RUN exit 3: exit code 3")
+	msg := "step 6/6 (line 8) RUN exit 3: exited with status 3"
+	f.finish("bld_1", api.BuildFailed, "step 1/6 …\n", msg)
 	_, s := status(t, h, "acme", "broken", rq.BuildID, 0)
-	if s.Status != "error" || s.Reason == nil || s.Reason.Message != "step 1: RUN exit 3: exit code 3" || len(s.LogEntries) != 1 {
+	if s.Status != "error" || s.Reason == nil || s.Reason.Message != msg || s.Reason.Step != "3" || len(s.LogEntries) != 1 {
 		t.Fatalf("failed build: %+v", s)
 	}
 }
