@@ -7,7 +7,7 @@ import assert from 'node:assert/strict'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { Sandbox, Template, waitForFile } from 'e2b'
+import { Sandbox, Template, waitForFile, waitForTimeout } from 'e2b'
 
 const other = { apiKey: process.env.OTHER_API_KEY }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
@@ -100,10 +100,18 @@ const scenarios = {
     })
   },
 
-  // fromTemplate('base') with nothing else, in the background, with the
-  // status polled until ready.
+  // fromTemplate('base'), in the background, with the status polled until
+  // ready.
+  // Its start command ends before its ready command passes, which is
+  // fine on E2B (and so here).
   async background() {
-    const info = await Template.buildInBackground(Template().fromTemplate('base').runCmd('echo built in the background'), 'sdk-bg')
+    const info = await Template.buildInBackground(
+      Template()
+        .fromTemplate('base')
+        .runCmd('echo built in the background')
+        .setStartCmd('echo started > /tmp/started', waitForTimeout(1000)),
+      'sdk-bg'
+    )
     let offset = 0
     const logs = []
     for (let i = 0; ; i++) {
@@ -117,7 +125,7 @@ const scenarios = {
     }
     assert.ok(logs.some((l) => l.includes('built in the background')), logs.join('\n'))
     await withSandbox('sdk-bg', async (sbx) => {
-      assert.equal((await sbx.commands.run('whoami; pwd')).stdout, 'user\n/home/user\n')
+      assert.equal((await sbx.commands.run('whoami; pwd; cat /tmp/started')).stdout, 'user\n/home/user\nstarted\n')
     })
   },
 

@@ -373,7 +373,8 @@ func (t *templateAPI) submit(r *http.Request, p auth.Principal, svc Templates, b
 	}
 	req := api.TemplateBuildRequest{Name: b.name, Dockerfile: spec.dockerfile}
 	if body.StartCmd != "" {
-		req.StartCmd = &body.StartCmd
+		sc := keepRunning(body.StartCmd)
+		req.StartCmd = &sc
 	}
 	if body.ReadyCmd != "" {
 		req.ReadyCmd = &body.ReadyCmd
@@ -387,6 +388,14 @@ func (t *templateAPI) submit(r *http.Request, p auth.Principal, svc Templates, b
 	bs, err := svc.BuildTemplate(r.Context(), p, req, ctxPath, "")
 	return bs, spec, err
 }
+
+// keepRunning is an E2B start command as airlock's start_cmd. On E2B a
+// start command may end (successfully) before its ready command passes:
+// the template is ready once the ready command is; airlock fails the
+// create of a sandbox whose start command ended first. So a start command
+// that succeeds leaves a sleep in its place; one that fails still fails
+// the create, as it fails E2B's build.
+func keepRunning(cmd string) string { return "(\n" + cmd + "\n) && exec sleep infinity" }
 
 // fromRef is the airlock template the build starts from.
 func (t *templateAPI) fromRef(r *http.Request, p auth.Principal, body buildStart) (string, error) {

@@ -332,7 +332,7 @@ func TestTemplatesBuildFlowMakesSpecAndContext(t *testing.T) {
 	if req.Name != "myapp" || req.Dockerfile != want {
 		t.Fatalf("spec of %q:\n%s\nwant:\n%s", req.Name, req.Dockerfile, want)
 	}
-	if req.StartCmd == nil || *req.StartCmd != `echo "Hello, world!"` || req.ReadyCmd == nil || *req.ReadyCmd != "sleep 1" {
+	if req.StartCmd == nil || *req.StartCmd != "(\n"+`echo "Hello, world!"`+"\n) && exec sleep infinity" || req.ReadyCmd == nil || *req.ReadyCmd != "sleep 1" {
 		t.Fatalf("start and ready commands: %v %v", req.StartCmd, req.ReadyCmd)
 	}
 	if ctx[hashA+"/folder/test.txt"] != "This is a test file." || ctx[hashA+"/folder/link.txt"] != "->test.txt" {
