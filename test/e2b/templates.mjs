@@ -49,7 +49,10 @@ const scenarios = {
       .setWorkdir('/app')
       .setStartCmd('touch /tmp/started && sleep infinity', waitForFile('/tmp/started'))
 
+    // skipCache: the shared layer cache of the test daemons holds this
+    // build's layers from an earlier run; the RUN runs again all the same.
     const info = await Template.build(template, 'sdk-app:v1', {
+      skipCache: true,
       onBuildLogs: (e) => logs.push(e.message),
     })
     assert.equal(info.templateId, 'sdk-app')
@@ -108,9 +111,10 @@ const scenarios = {
     const info = await Template.buildInBackground(
       Template()
         .fromTemplate('base')
-        .runCmd('echo built in the background')
+        .runCmd('echo built in the $((1+1))nd background')
         .setStartCmd('echo started > /tmp/started', waitForTimeout(1000)),
-      'sdk-bg'
+      'sdk-bg',
+      { skipCache: true }
     )
     let offset = 0
     const logs = []
@@ -123,7 +127,7 @@ const scenarios = {
       assert.ok(i < 600, 'the build ends')
       await sleep(200)
     }
-    assert.ok(logs.some((l) => l.includes('built in the background')), logs.join('\n'))
+    assert.ok(logs.some((l) => l.includes('built in the 2nd background')), logs.join('\n'))
     await withSandbox('sdk-bg', async (sbx) => {
       assert.equal((await sbx.commands.run('whoami; pwd; cat /tmp/started')).stdout, 'user\n/home/user\nstarted\n')
     })

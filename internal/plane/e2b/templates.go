@@ -364,7 +364,7 @@ func (t *templateAPI) submit(r *http.Request, p auth.Principal, svc Templates, b
 		files[s.FilesHash] = u.path
 	}
 	t.mu.Unlock()
-	spec, err := translate(from, parent, body, files)
+	spec, err := translate(from, parent, body, files, b.id)
 	if err != nil {
 		return api.TemplateBuildStarted{}, translated{}, err
 	}

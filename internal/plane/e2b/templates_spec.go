@@ -66,8 +66,10 @@ type translated struct {
 // translate turns the SDK's steps into airlock's spec (docs/templates.md):
 // FROM the parent, then one instruction (or a few) per step. files maps
 // the hash of each uploaded COPY source to its upload; the context holds
-// each under a directory named by its hash.
-func translate(from string, parent api.Template, body buildStart, files map[string]string) (translated, error) {
+// each under a directory named by its hash. A forced step (skipCache)
+// is made to miss airlock's layer cache by a no-op naming buildID at the
+// head of its RUN: its layer and every one after it are made again.
+func translate(from string, parent api.Template, body buildStart, files map[string]string, buildID string) (translated, error) {
 	if len(body.Steps) > maxSteps {
 		return translated{}, errf(errdefs.ErrInvalidArgument, "a template has at most %d steps", maxSteps)
 	}
@@ -99,6 +101,7 @@ func translate(from string, parent api.Template, body buildStart, files map[stri
 	}
 	var hashes []string
 	seen := map[string]bool{}
+	forced := false
 	for i, s := range body.Steps {
 		step = strconv.Itoa(i + 1)
 		fail := func(format string, args ...any) error {
@@ -120,7 +123,13 @@ func translate(from string, parent api.Template, body buildStart, files map[stri
 					return translated{}, fail("invalid username: %q", u)
 				}
 			}
-			argv, _ := json.Marshal([]string{"/bin/bash", "-c", s.Args[0]})
+			cmd := s.Args[0]
+			if s.Force || (body.Force && !forced) {
+				// The rest of the build is made again anyway.
+				forced = true
+				cmd = ": skip-cache " + buildID + "; " + cmd
+			}
+			argv, _ := json.Marshal([]string{"/bin/bash", "-c", cmd})
 			asUser(u, func() { emit("RUN %s", argv) })
 		case "COPY":
 			if len(s.Args) < 2 || s.Args[0] == "" || s.Args[1] == "" {

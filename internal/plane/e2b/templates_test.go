@@ -301,7 +301,7 @@ func TestTemplatesBuildFlowMakesSpecAndContext(t *testing.T) {
 		"steps": []map[string]any{
 			{"type": "COPY", "args": []string{"folder/*", "folder", "", ""}, "filesHash": hashA, "force": true},
 			{"type": "RUN", "args": []string{"cat folder/test.txt"}},
-			{"type": "RUN", "args": []string{"test \"$(whoami)\" = root\necho $HOME", "root"}},
+			{"type": "RUN", "args": []string{"test \"$(whoami)\" = root\necho $HOME", "root"}, "force": true},
 			{"type": "ENV", "args": []string{"GREETING", `say "hi" for $5`, "EMPTY", ""}},
 			{"type": "WORKDIR", "args": []string{"/app"}},
 			{"type": "COPY", "args": []string{"folder/test.txt", "/etc/conf/", "root", "0600"}, "filesHash": hashA},
@@ -317,9 +317,11 @@ func TestTemplatesBuildFlowMakesSpecAndContext(t *testing.T) {
 		"USER user",
 		"WORKDIR /home/user",
 		`COPY ["--chown=user:user","` + hashA + `/folder","folder"]`,
-		`RUN ["/bin/bash","-c","cat folder/test.txt"]`,
+		// force (skipCache) makes the first RUN, and a forced one, miss
+		// the layer cache.
+		`RUN ["/bin/bash","-c",": skip-cache ` + rq.BuildID + `; cat folder/test.txt"]`,
 		"USER root",
-		`RUN ["/bin/bash","-c","test \"$(whoami)\" = root\necho $HOME"]`,
+		`RUN ["/bin/bash","-c",": skip-cache ` + rq.BuildID + `; test \"$(whoami)\" = root\necho $HOME"]`,
 		"USER user",
 		`ENV GREETING="say \"hi\" for \$5" EMPTY=""`,
 		"WORKDIR /app",
