@@ -358,10 +358,21 @@ func TestTemplatesBuildFlowMakesSpecAndContext(t *testing.T) {
 	if _, s = status(t, h, "acme", "myapp", rq.BuildID, 4); len(s.LogEntries) != 0 {
 		t.Fatalf("entries past the end: %+v", s.LogEntries)
 	}
+	// airlock's build id answers too (what a restarted daemon still
+	// knows), for its own template only.
+	if st, s := status(t, h, "acme", "myapp", "bld_1", 0); st != http.StatusOK || s.Status != "ready" || len(s.LogEntries) != 4 {
+		t.Fatalf("status by airlock's build id: %d %+v", st, s)
+	}
+	if st, _ := status(t, h, "acme", "other-name", "bld_1", 0); st != http.StatusNotFound {
+		t.Fatalf("status by airlock's build id under another name: %d, want 404", st)
+	}
 	// The build is the template's: another tenant's view of it is 404,
 	// and so is its upload (another tenant's files are not present).
 	if st, _ := status(t, h, "other", "myapp", rq.BuildID, 0); st != http.StatusNotFound {
 		t.Fatalf("another tenant's status: %d, want 404", st)
+	}
+	if st, _ := status(t, h, "other", "myapp", "bld_1", 0); st != http.StatusNotFound {
+		t.Fatalf("another tenant's status by airlock's build id: %d, want 404", st)
 	}
 	l = uploadLink{}
 	if st := h.call("other", "GET", "/templates/myapp/files/"+hashA, nil, &l); st != http.StatusCreated || l.Present {
