@@ -359,7 +359,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 		return err
 	}
 	eh := e2b.New(e2b.Config{
-		Sandboxes: svc.Sandboxes, Execs: svc.Execs, Files: svc.Files, Ports: svc.Previews,
+		Sandboxes: svc.Sandboxes, Execs: svc.Execs, Files: svc.Files, Ports: svc.Previews, Templates: svc.Templates,
 		Auth: authn, Code: svc.Code, Logger: log.With("component", "e2b"), TokenKey: tokenKey, Audit: rec,
 		MaxUploadBytes: cfg.MaxUploadBytes, MaxExecTimeout: time.Duration(cfg.MaxExecTimeoutS) * time.Second,
 	})

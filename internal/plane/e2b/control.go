@@ -165,9 +165,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, p auth.Principa
 	if body.TemplateID == "" {
 		return errf(errdefs.ErrInvalidArgument, "templateID is required")
 	}
-	tmpl := body.TemplateID
-	if t, ok := templateAliases[tmpl]; ok {
-		tmpl = t
+	tmpl, err := h.sandboxTemplate(p, body.TemplateID)
+	if err != nil {
+		return err
 	}
 	req := api.CreateSandboxRequest{
 		Template: tmpl, Env: body.EnvVars, Metadata: body.Metadata, AutoPause: body.AutoPause, TimeoutS: body.Timeout,

@@ -85,6 +85,8 @@ type Config struct {
 	Files     Files
 	// Ports reaches sandbox ports (getHost traffic); nil answers 502.
 	Ports Ports
+	// Templates serves E2B's templates API; nil answers it with 501.
+	Templates Templates
 	// Auth checks the X-API-KEY of control-plane calls. Required.
 	Auth *auth.Authenticator
 	// Code runs code-interpreter cells; nil answers /execute with 501.
@@ -125,6 +127,9 @@ type Handler struct {
 	// procs maps each sandbox's E2B pids to airlock execs (process.go).
 	procsMu sync.Mutex
 	procs   map[string]*procTable
+
+	// tmpl is the templates API's state (templates.go).
+	tmpl *templateAPI
 }
 
 // New returns a Handler for cfg.

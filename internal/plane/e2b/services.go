@@ -63,3 +63,13 @@ type Ports interface {
 	// DialSandbox connects to port on sandbox id's loopback.
 	DialSandbox(ctx context.Context, p auth.Principal, id string, port int) (net.Conn, error)
 }
+
+// Templates builds and catalogs templates (E2B's templates API:
+// templates.go); *templates.Service implements it.
+type Templates interface {
+	TemplateUpload() (*os.File, error)
+	BuildTemplate(ctx context.Context, p auth.Principal, req api.TemplateBuildRequest, contextPath, imagePath string) (api.TemplateBuildStarted, error)
+	TemplateBuild(ctx context.Context, p auth.Principal, id string) (api.TemplateBuild, error)
+	GetTemplate(ctx context.Context, p auth.Principal, ref string) (api.Template, error)
+	DeleteTemplate(ctx context.Context, p auth.Principal, ref string) error
+}
