@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -205,7 +206,17 @@ func serveDroppable(ctx context.Context, ln net.Listener, addr string, srv *agen
 			select {
 			case <-ctx.Done():
 			case s := <-sig:
-				dropped = s == sigDrop
+				if s != sigDrop {
+					continue
+				}
+				// runsc cannot save a TCP connection, and a save that
+				// fails ends the sandbox: refuse while one is open.
+				if n := connectedTCP(); n > 0 {
+					log.Warn("not closing the agent socket for a checkpoint: TCP connections are open", "connections", n)
+					refuseDrop(addr)
+					continue
+				}
+				dropped = true
 			}
 		}
 		cancel() // acceptLoop closes the connections, then ln
@@ -241,6 +252,44 @@ func serveDroppable(ctx context.Context, ln net.Listener, addr string, srv *agen
 			}
 		}
 	}
+}
+
+// dropRefusedName is the file the agent makes beside its socket when it
+// refuses a sigDrop; the daemon removes it.
+const dropRefusedName = "checkpoint-refused"
+
+// refuseDrop tells the sender of a sigDrop that the agent keeps its socket.
+func refuseDrop(addr string) {
+	p := filepath.Join(filepath.Dir(strings.TrimPrefix(addr, "unix:")), dropRefusedName)
+	if f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+		f.Close()
+	}
+}
+
+// connectedTCP counts the sandbox's TCP sockets in a connected state
+// (established or closing: every state but listen and close) in
+// /proc/net/tcp and tcp6.
+func connectedTCP() int {
+	n := 0
+	for _, p := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(string(b), "\n")
+		for _, l := range lines[min(1, len(lines)):] {
+			f := strings.Fields(l)
+			if len(f) < 4 {
+				continue
+			}
+			switch f[3] {
+			case "07", "0A": // close, listen
+			default:
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // waitNoSockets waits, up to d, until the agent holds no socket

@@ -154,6 +154,10 @@ const (
 	sigListen = "USR2"
 )
 
+// dropRefusedName is the file the agent makes in its socket dir when it
+// refuses sigDrop (cmd/airlock-agent).
+const dropRefusedName = "checkpoint-refused"
+
 // dropWait bounds the wait for the agent to close its socket.
 const dropWait = 10 * time.Second
 
@@ -167,6 +171,8 @@ func (d *Driver) dropAgentSocket(ctx context.Context, id string) error {
 	if err := d.CLI().Kill(ctx, id, sigDrop, false); err != nil {
 		return fmt.Errorf("asking the agent to close its socket: %w", err)
 	}
+	refused := filepath.Join(d.Dir(id), "uds", dropRefusedName)
+	os.Remove(refused)
 	wctx, cancel := context.WithTimeout(ctx, dropWait)
 	defer cancel()
 	wait := time.Millisecond
@@ -178,6 +184,13 @@ func (d *Driver) dropAgentSocket(ctx context.Context, id string) error {
 		if !there {
 			return nil
 		}
+		// The agent's answer that it keeps its socket (a file of the
+		// sandbox's: only its presence counts).
+		if _, err := os.Lstat(refused); err == nil {
+			os.Remove(refused)
+			return errdefs.Wrap(errdefs.ErrInvalidState,
+				"sandbox %s has TCP connections open, which runsc cannot checkpoint (a failed checkpoint would end its processes): close them first", id)
+		}
 		select {
 		case <-wctx.Done():
 			return errdefs.Wrap(errdefs.ErrUnavailable, "the agent did not close its socket within %v", dropWait)
@@ -188,11 +201,9 @@ func (d *Driver) dropAgentSocket(ctx context.Context, id string) error {
 }
 
 // relisten has the agent of a sandbox that runs on after a failed
-// checkpoint listen again.
+// checkpoint listen again, if it closed its socket (it makes it anew in
+// the dir dropAgentSocket opened); an agent that still listens ignores it.
 func (d *Driver) relisten(ctx context.Context, id string) error {
-	if err := d.ResetAgentSocket(id); err != nil {
-		return err
-	}
 	return d.CLI().Kill(ctx, id, sigListen, false)
 }
 

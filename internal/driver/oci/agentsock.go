@@ -389,18 +389,3 @@ func (c *Core) AgentSocketExists(id string) (bool, error) {
 	}
 	return true, nil
 }
-
-// ResetAgentSocket makes the agent's socket of sandbox id ready for a new
-// listen, as Start does before each run: a running agent that closed its
-// socket (a checkpoint that failed) can then listen again.
-func (c *Core) ResetAgentSocket(id string) error {
-	if _, ok := c.cfg.Socket.(SharedDirSocket); !ok {
-		return errdefs.Wrap(errdefs.ErrCapabilityUnsupported, "%s: the agent listens on an inherited socket", c.cfg.Name)
-	}
-	st, err := loadState(c.Dir(id))
-	if err != nil {
-		return err
-	}
-	_, err = c.cfg.Socket.start(st.Dir, st.UIDBase)
-	return err
-}

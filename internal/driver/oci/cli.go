@@ -68,6 +68,7 @@ func (r *CLI) exec(ctx context.Context, id string, args ...string) ([]byte, erro
 		run = func() error { return r.control(cmd, id) }
 	}
 	if err := run(); err != nil {
+		os.WriteFile("/tmp/gvckpt/stderr-"+args[0], stderr.Bytes(), 0o600) // DEBUG
 		return stdout.Bytes(), runcError(args[0], stderr.Bytes(), err)
 	}
 	return stdout.Bytes(), nil
@@ -187,6 +188,13 @@ func (r *CLI) Version(ctx context.Context) (string, error) {
 // message (its last stderr or log line), classified where runc says why.
 func runcError(sub string, msg []byte, err error) error {
 	text := strings.TrimSpace(lastLine(msg))
+	// runsc's fatal errors come first, followed by a stack dump.
+	if _, fatal, ok := strings.Cut(string(msg), "FATAL ERROR: "); ok {
+		text, _, _ = strings.Cut(fatal, "\n")
+		if len(text) > maxErrorText {
+			text = text[:maxErrorText/2] + " … " + text[len(text)-maxErrorText/2:]
+		}
+	}
 	if text == "" {
 		text = err.Error()
 	}
@@ -201,6 +209,10 @@ func runcError(sub string, msg []byte, err error) error {
 	}
 	return fmt.Errorf("runc %s: %s: %w", sub, text, errdefs.ErrRuntimeUnavailable)
 }
+
+// maxErrorText bounds a runtime's message in an error: runsc's encoding
+// errors print whole objects.
+const maxErrorText = 600
 
 // lastLogError returns the message of the last error line of a runc JSON log.
 func lastLogError(path string) []byte {
