@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -93,6 +94,7 @@ func run(args []string) error {
 		}
 		conn = c
 	}
+	var own net.Listener // the --listen one
 	if *listen != "" {
 		ln, err := listenUnix(*listen)
 		if err != nil {
@@ -101,7 +103,7 @@ func run(args []string) error {
 			}
 			return err
 		}
-		listeners = append(listeners, ln)
+		own = ln
 	}
 
 	srv := agent.NewServer(agent.Config{Subreaper: true, Logger: log, Version: version})
@@ -134,9 +136,17 @@ func run(args []string) error {
 			acceptLoop(ctx, ln, srv, log)
 		}()
 	}
+	if own != nil {
+		log.Info("agent listening", "addr", own.Addr().String(), "pid", os.Getpid(), "version", version)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			serveDroppable(ctx, own, *listen, srv, log)
+		}()
+	}
 	// With only a single session, its end is the agent's end: nobody can
 	// reconnect to a socketpair or stdio.
-	if len(listeners) == 0 {
+	if len(listeners) == 0 && own == nil {
 		select {
 		case <-ctx.Done():
 		case <-sessionDone:
@@ -160,14 +170,170 @@ func run(args []string) error {
 	return nil
 }
 
-// acceptLoop serves every connection on ln until ctx ends.
+// Signals of serveDroppable: the sandbox's runtime (the daemon, through
+// `runsc kill`) sends them to the agent around a checkpoint.
+const (
+	sigDrop   = syscall.SIGUSR1 // close every connection and the listener, remove the socket
+	sigListen = syscall.SIGUSR2 // listen again at the same path
+)
+
+// serveDroppable serves every connection on ln, the agent's own socket at
+// addr, until ctx ends; on sigDrop it closes every connection it accepted
+// and the listener, and once it holds no socket any more it removes the
+// socket file, which tells the sender it is done; on sigListen it listens
+// at addr again.
+//
+// gVisor checkpoints no socket bound or connected on the host (its
+// --host-uds sockets, which is what the daemon dials), so the daemon asks
+// the agent to hold none while it checkpoints the sandbox and to listen
+// again once the sandbox is restored. Execs outlive their connections, so
+// nothing else stops. A process inside may send these too, as it may kill
+// the agent: it harms only its own sandbox, until a sigListen or the
+// agent's next start.
+func serveDroppable(ctx context.Context, ln net.Listener, addr string, srv *agent.Server, log *slog.Logger) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, sigDrop, sigListen)
+	defer signal.Stop(sig)
+	for {
+		lctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			acceptLoop(lctx, ln, srv, log)
+		}()
+		dropped := false
+		for !dropped && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case s := <-sig:
+				if s != sigDrop {
+					continue
+				}
+				// runsc cannot save a TCP connection, and a save that
+				// fails ends the sandbox: refuse while one is open.
+				if n := connectedTCP(); n > 0 {
+					log.Warn("not closing the agent socket for a checkpoint: TCP connections are open", "connections", n)
+					refuseDrop(addr)
+					continue
+				}
+				dropped = true
+			}
+		}
+		cancel() // acceptLoop closes the connections, then ln
+		<-done
+		if !dropped {
+			return
+		}
+		// A closed connection's descriptor goes once the goroutines
+		// parked on it return; the socket file's removal is the answer,
+		// so it waits for them (and then removes it in a dir the
+		// daemon opened for that).
+		waitNoSockets(time.Second)
+		if err := os.Remove(strings.TrimPrefix(addr, "unix:")); err != nil {
+			log.Warn("removing the agent socket", "err", err)
+		}
+		log.Info("agent closed its socket")
+		ln = nil
+		for ln == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case s := <-sig:
+				if s != sigListen {
+					continue
+				}
+				l, err := listenUnix(addr)
+				if err != nil {
+					log.Error("listening again", "err", err)
+					continue
+				}
+				ln = l
+				log.Info("agent listening again", "addr", l.Addr().String())
+			}
+		}
+	}
+}
+
+// dropRefusedName is the file the agent makes beside its socket when it
+// refuses a sigDrop; the daemon removes it.
+const dropRefusedName = "checkpoint-refused"
+
+// refuseDrop tells the sender of a sigDrop that the agent keeps its socket.
+func refuseDrop(addr string) {
+	p := filepath.Join(filepath.Dir(strings.TrimPrefix(addr, "unix:")), dropRefusedName)
+	if f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+		f.Close()
+	}
+}
+
+// connectedTCP counts the sandbox's TCP sockets in a connected state
+// (established or closing: every state but listen and close) in
+// /proc/net/tcp and tcp6.
+func connectedTCP() int {
+	n := 0
+	for _, p := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(string(b), "\n")
+		for _, l := range lines[min(1, len(lines)):] {
+			f := strings.Fields(l)
+			if len(f) < 4 {
+				continue
+			}
+			switch f[3] {
+			case "07", "0A": // close, listen
+			default:
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// waitNoSockets waits, up to d, until the agent holds no socket
+// descriptor.
+func waitNoSockets(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			return
+		}
+		n := 0
+		for _, e := range ents {
+			if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "socket:") {
+				n++
+			}
+		}
+		if n == 0 {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// acceptLoop serves every connection on ln until ctx ends, when it closes
+// the connections it accepted, then ln, and waits for their sessions.
 func acceptLoop(ctx context.Context, ln net.Listener, srv *agent.Server, log *slog.Logger) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var mu sync.Mutex
+	conns := map[net.Conn]struct{}{}
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		ln.Close()
+	})
+	defer stop()
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
 			}
 			var ne net.Error
@@ -179,13 +345,23 @@ func acceptLoop(ctx context.Context, ln net.Listener, srv *agent.Server, log *sl
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
+		mu.Lock()
+		if ctx.Err() != nil {
+			mu.Unlock()
+			conn.Close()
+			return
+		}
+		conns[conn] = struct{}{}
+		mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { mu.Lock(); delete(conns, conn); mu.Unlock() }()
 			log.Debug("session started")
 			if err := srv.ServeConn(ctx, conn); err != nil && !errors.Is(err, context.Canceled) {
 				log.Warn("session ended", "err", err)
 			}
+			conn.Close()
 		}()
 	}
 }

@@ -265,6 +265,15 @@ func StartAndDial(t *testing.T, d driver.Driver, id string) *agentclient.Client 
 	if err := d.Start(ctx, id); err != nil {
 		t.Fatal(err)
 	}
+	return Dial(t, d, id)
+}
+
+// Dial connects to the agent of running sandbox id on d (after a Start or
+// a Restore) and returns a client, closed at the end of t.
+func Dial(t *testing.T, d driver.Driver, id string) *agentclient.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	conn, err := d.DialAgent(ctx, id)
 	if err != nil {
 		t.Fatal(err)

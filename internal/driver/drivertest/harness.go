@@ -26,6 +26,9 @@ type options struct {
 	reopen        func(t *testing.T) driver.Driver
 	leakRoots     []string
 	teardownCount int
+	// checkpointCycles is how many checkpoints and restores the
+	// CheckpointCycles case makes of one sandbox (default 20).
+	checkpointCycles int
 }
 
 // WithReopen gives the suite a way to build a second driver on the same data
@@ -44,6 +47,12 @@ func WithLeakRoots(dirs ...string) Option {
 // destroys (default 50).
 func WithTeardownCount(n int) Option {
 	return func(o *options) { o.teardownCount = n }
+}
+
+// WithCheckpointCycles sets how many checkpoints and restores the
+// CheckpointCycles case makes (default 20).
+func WithCheckpointCycles(n int) Option {
+	return func(o *options) { o.checkpointCycles = n }
 }
 
 // opTimeout bounds one driver call or exec of the suite: generous, because

@@ -36,7 +36,7 @@ import (
 // isolation). A case whose need the driver lacks is skipped with that
 // reason; a driver that declares a capability it does not implement fails.
 func Run(t *testing.T, d driver.Driver, tmpl driver.Template, opts ...Option) {
-	o := options{teardownCount: 50}
+	o := options{teardownCount: 50, checkpointCycles: 20}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -65,6 +65,8 @@ func Run(t *testing.T, d driver.Driver, tmpl driver.Template, opts ...Option) {
 			{"StopStart", testStopStart, false},
 			{"TarIn", testTarIn, false},
 			{"LayerCapture", testLayerCapture, false},
+			{"PausedLayer", testPausedLayer, false},
+			{"Checkpoint", testCheckpoint, false},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -90,6 +92,7 @@ func Run(t *testing.T, d driver.Driver, tmpl driver.Template, opts ...Option) {
 		testRecover(t, d, tmpl, o.reopen)
 	})
 	t.Run("Teardown", func(t *testing.T) { testTeardown(t, d, tmpl, o) })
+	t.Run("CheckpointCycles", func(t *testing.T) { testCheckpointCycles(t, d, tmpl, o, o.checkpointCycles) })
 }
 
 // requireBoundary skips t for a driver without any isolation boundary.

@@ -184,9 +184,10 @@ func (d *Driver) Close() error {
 // Name is "gvisor".
 func (d *Driver) Name() string { return Name }
 
-// Capabilities of gVisor: a user-space kernel, pause in the Sentry, the
-// core's disk quota and layer capture, every network mode; the Sentry's
-// netstack takes the namespace's interfaces at start (see state.go).
+// Capabilities of gVisor: a user-space kernel, pause in the Sentry, memory
+// snapshots (runsc checkpoint and restore), the core's disk quota and
+// layer capture, every network mode; the Sentry's netstack takes the
+// namespace's interfaces at start (see state.go).
 func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Isolation:         driver.IsolationUserspaceKernel,
@@ -195,6 +196,8 @@ func (d *Driver) Capabilities() driver.Capabilities {
 		NetworkModes:      []driver.NetworkMode{driver.NetworkNone, driver.NetworkAllowlist, driver.NetworkOpen},
 		InterfacesAtStart: true,
 		LayerCapture:      true,
+		// runsc checkpoint/restore (checkpoint.go).
+		MemorySnapshot: true,
 	}
 }
 

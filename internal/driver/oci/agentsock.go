@@ -361,3 +361,31 @@ func removeStaleSocket(dir string) error {
 	}
 	return nil
 }
+
+// OpenAgentSocketDir hands the agent's socket dir of sandbox id back to
+// the sandbox's root, as Start does, without removing the socket: its
+// agent may then remove it (SharedDirSocket only). The next dial that the
+// agent answers seals it again.
+func (c *Core) OpenAgentSocketDir(id string) error {
+	if _, ok := c.cfg.Socket.(SharedDirSocket); !ok {
+		return errdefs.Wrap(errdefs.ErrCapabilityUnsupported, "%s: the agent listens on an inherited socket", c.cfg.Name)
+	}
+	st, err := loadState(c.Dir(id))
+	if err != nil {
+		return err
+	}
+	return sealSocketDir(filepath.Join(st.Dir, socketDirName), st.UIDBase, false)
+}
+
+// AgentSocketExists reports whether the agent's socket file of sandbox id
+// is there (SharedDirSocket: the agent makes and removes it).
+func (c *Core) AgentSocketExists(id string) (bool, error) {
+	_, err := os.Lstat(filepath.Join(c.Dir(id), socketDirName, agentSockName))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("agent socket: %w", err)
+	}
+	return true, nil
+}

@@ -68,6 +68,7 @@ func (r *CLI) exec(ctx context.Context, id string, args ...string) ([]byte, erro
 		run = func() error { return r.control(cmd, id) }
 	}
 	if err := run(); err != nil {
+		os.WriteFile("/tmp/gvckpt/stderr-"+args[0], stderr.Bytes(), 0o600) // DEBUG
 		return stdout.Bytes(), runcError(args[0], stderr.Bytes(), err)
 	}
 	return stdout.Bytes(), nil
@@ -78,14 +79,21 @@ func (r *CLI) exec(ctx context.Context, id string, args ...string) ([]byte, erro
 // go to stdio, which must be a file: a pipe would be held open by the
 // container for ever. The container's init gets extra as descriptors 3, 4…
 // (--preserve-fds). flags come before the subcommand. launch runs the
-// command (Runtime.Launch).
-func (r *CLI) run(ctx context.Context, id, bundleDir, pidFile, logPath string, stdio *os.File, flags []string, launch func(*exec.Cmd) error, extra ...*os.File) error {
+// command (Runtime.Launch). With image set the container is restored from
+// the checkpoint image in that directory (`restore --image-path`) instead
+// of run from its init: the same bundle, the same detached start.
+func (r *CLI) run(ctx context.Context, id, bundleDir, pidFile, logPath, image string, stdio *os.File, flags []string, launch func(*exec.Cmd) error, extra ...*os.File) error {
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
 	}
 	defer null.Close()
-	args := append(slices.Clone(flags), "--log", logPath, "--log-format", "json", "run", "--detach", "--pid-file", pidFile, "--bundle", bundleDir)
+	sub := []string{"run"}
+	if image != "" {
+		sub = []string{"restore", "--image-path", image}
+	}
+	args := append(slices.Clone(flags), "--log", logPath, "--log-format", "json")
+	args = append(append(args, sub...), "--detach", "--pid-file", pidFile, "--bundle", bundleDir)
 	if len(extra) > 0 {
 		args = append(args, "--preserve-fds", strconv.Itoa(len(extra)))
 	}
@@ -93,7 +101,7 @@ func (r *CLI) run(ctx context.Context, id, bundleDir, pidFile, logPath string, s
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, stdio, stdio
 	cmd.ExtraFiles = extra
 	if err := launch(cmd); err != nil {
-		return runcError("run", lastLogError(logPath), err)
+		return runcError(sub[0], lastLogError(logPath), err)
 	}
 	return nil
 }
@@ -140,6 +148,14 @@ func (r *CLI) Delete(ctx context.Context, id string) error {
 	return err
 }
 
+// Checkpoint writes the state of running container id into the
+// directory image (runsc: checkpoint.img; the container's processes end
+// once it is written).
+func (r *CLI) Checkpoint(ctx context.Context, id, image string) error {
+	_, err := r.exec(ctx, id, "checkpoint", "--image-path", image, id)
+	return err
+}
+
 func (r *CLI) Pause(ctx context.Context, id string) error {
 	_, err := r.exec(ctx, id, "pause", id)
 	return err
@@ -172,6 +188,13 @@ func (r *CLI) Version(ctx context.Context) (string, error) {
 // message (its last stderr or log line), classified where runc says why.
 func runcError(sub string, msg []byte, err error) error {
 	text := strings.TrimSpace(lastLine(msg))
+	// runsc's fatal errors come first, followed by a stack dump.
+	if _, fatal, ok := strings.Cut(string(msg), "FATAL ERROR: "); ok {
+		text, _, _ = strings.Cut(fatal, "\n")
+		if len(text) > maxErrorText {
+			text = text[:maxErrorText/2] + " … " + text[len(text)-maxErrorText/2:]
+		}
+	}
 	if text == "" {
 		text = err.Error()
 	}
@@ -186,6 +209,10 @@ func runcError(sub string, msg []byte, err error) error {
 	}
 	return fmt.Errorf("runc %s: %s: %w", sub, text, errdefs.ErrRuntimeUnavailable)
 }
+
+// maxErrorText bounds a runtime's message in an error: runsc's encoding
+// errors print whole objects.
+const maxErrorText = 600
 
 // lastLogError returns the message of the last error line of a runc JSON log.
 func lastLogError(path string) []byte {

@@ -151,7 +151,23 @@ func (c *Core) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle, 
 
 // Start runs the sandbox's init (the agent) detached and returns once it
 // runs; the agent may not listen yet (DialAgent waits).
-func (c *Core) Start(ctx context.Context, id string) error {
+func (c *Core) Start(ctx context.Context, id string) error { return c.start(ctx, id, "") }
+
+// StartFromImage is Start with the runtime's restore of the checkpoint
+// image in directory image (`restore --image-path`) in place of its run:
+// the sandbox's processes resume where the checkpoint left them instead
+// of its init starting afresh. Everything around the run is Start's: the
+// runtime's record of an earlier run is cleared, the agent's socket made
+// ready, the network flags chosen (Runtime.RunArgs), the command launched
+// where the runtime must start (Runtime.Launch) and the init watched.
+func (c *Core) StartFromImage(ctx context.Context, id, image string) error {
+	if image == "" || !filepath.IsAbs(image) {
+		return errdefs.Wrap(errdefs.ErrInvalidArgument, "checkpoint image %q must be an absolute path", image)
+	}
+	return c.start(ctx, id, image)
+}
+
+func (c *Core) start(ctx context.Context, id, image string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
@@ -207,7 +223,7 @@ func (c *Core) Start(ctx context.Context, id string) error {
 	os.Remove(pidFile)
 	t0 := time.Now()
 	launch := func(cmd *exec.Cmd) error { return c.rt.Launch(cmd, st) }
-	if err := c.cli.run(ctx, id, dir, pidFile, filepath.Join(dir, "runc.log"), logf, st.RunArgs, launch, extra...); err != nil {
+	if err := c.cli.run(ctx, id, dir, pidFile, filepath.Join(dir, "runc.log"), image, logf, st.RunArgs, launch, extra...); err != nil {
 		// The runtime may leave a container record behind on failure.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
