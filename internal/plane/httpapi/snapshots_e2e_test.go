@@ -238,3 +238,70 @@ func TestE2ESnapshotCreateFromResetForkAcrossRestart(t *testing.T) {
 	wantCode(t, "create from deleted", err, api.CodeNotFound)
 	checkMarker(t, after, sum)
 }
+
+// TestE2EForkOwnNetworksResetKeepsNetwork: with sandbox networking, each
+// fork copy has its own namespace under the parent's policy (allowed
+// names reachable, others not), and a reset keeps the sandbox's namespace
+// and policy.
+func TestE2EForkOwnNetworksResetKeepsNetwork(t *testing.T) {
+	w := newWorld(t)
+	e := newE2E(t, e2eWorld(w))
+	ctx := context.Background()
+	cl := e.env.Client(e.env.Key(t, "acme"))
+	src, err := cl.NewSandbox(ctx, client.WithNetwork("allowlist", "allowed.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	netns := func(sb *client.Sandbox) string { return run(t, sb, "readlink /proc/self/ns/net") }
+	reach := func(sb *client.Sandbox) {
+		t.Helper()
+		res, err := sb.RunArgs(ctx, fetch("http://allowed.test/"))
+		if err != nil || !strings.HasPrefix(res.Stdout, "OK web-a") {
+			t.Fatalf("%s: allowed.test: %+v, %v", sb.ID(), res, err)
+		}
+		res, err = sb.RunArgs(ctx, fetch("http://denied.test/"))
+		if err != nil || !strings.HasPrefix(res.Stdout, "FAIL") {
+			t.Fatalf("%s: denied.test: %+v, %v", sb.ID(), res, err)
+		}
+	}
+	reach(src)
+	srcNS := netns(src)
+	run(t, src, "echo parent > /home/user/p.txt")
+
+	forks, err := src.Fork(ctx, 3, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{srcNS: src.ID()}
+	for _, f := range forks {
+		defer f.Close()
+		if got := run(t, f, "cat /home/user/p.txt"); got != "parent" {
+			t.Fatalf("fork %s: %q", f.ID(), got)
+		}
+		ns := netns(f)
+		if other, dup := seen[ns]; dup {
+			t.Fatalf("fork %s shares its network namespace with %s", f.ID(), other)
+		}
+		seen[ns] = f.ID()
+		if n := f.Info().Network; n.Mode != "allowlist" || len(n.Allow) != 1 || n.Allow[0] != "allowed.test" {
+			t.Fatalf("fork %s network = %+v", f.ID(), n)
+		}
+		reach(f)
+	}
+
+	expires := src.Info().ExpiresAt
+	if err := src.Reset(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := netns(src); got != srcNS {
+		t.Fatalf("reset changed the network namespace: %s, was %s", got, srcNS)
+	}
+	if info := src.Info(); info.ExpiresAt == nil || expires == nil || !info.ExpiresAt.Equal(*expires) {
+		t.Fatalf("reset moved expires_at: %v, was %v", info.ExpiresAt, expires)
+	}
+	if got := run(t, src, "test ! -e /home/user/p.txt && echo gone"); got != "gone" {
+		t.Fatalf("after reset: %q", got)
+	}
+	reach(src)
+}
