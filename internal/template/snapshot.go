@@ -345,3 +345,27 @@ func dropRuntimeMountPoints(root string) error {
 	}
 	return nil
 }
+
+// RemoveSnapshotLayer deletes snapshot id's own captured layer, once its
+// record is purged and no other record names the layer (a snapshot taken
+// of a sandbox started from it stacks it too: the caller checks). A
+// missing one is not an error. It is moved aside first, so that it is
+// gone for lookups at once.
+func (s *Store) RemoveSnapshotLayer(ctx context.Context, id string) error {
+	if !snapshotIDRE.MatchString(id) {
+		return errdefs.Wrap(errdefs.ErrInvalidArgument, "snapshot id %q", id)
+	}
+	key := SnapshotLayerKey(id)
+	dir := filepath.Join(s.dir, layersDir)
+	trash := filepath.Join(dir, trashPrefix+key)
+	if err := os.Rename(filepath.Join(dir, key), trash); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("removing snapshot layer: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err // RemoveStaleLayerWrites finishes it
+	}
+	return os.RemoveAll(trash)
+}

@@ -131,11 +131,31 @@ func (m *Service) collectSnapshots(ctx context.Context) {
 			continue
 		}
 		purged++
+		if err := m.removeSnapshotLayer(ctx, ls, st, sn.ID); err != nil {
+			m.log.Warn("removing a purged snapshot's layer", "snapshot_id", sn.ID, "err", err)
+		}
 	}
 	if purged > 0 {
 		m.log.Debug("snapshots purged", "count", purged)
 		ls.CollectLayers()
 	}
+}
+
+// removeSnapshotLayer removes the own layer of purged snapshot sid at once
+// (the layer collector would keep a fresh layer for its grace period)
+// unless another snapshot stacks it. A record that would name it later
+// descends from one that names it now, so the check is enough.
+func (m *Service) removeSnapshotLayer(ctx context.Context, ls layerStore, st *template.Store, sid string) error {
+	release := ls.HoldLayers()
+	defer release()
+	refs, err := m.store.ReferencedTemplateLayers(ctx)
+	if err != nil {
+		return err
+	}
+	if refs[template.SnapshotLayerRef(sid)] {
+		return nil
+	}
+	return st.RemoveSnapshotLayer(ctx, sid)
 }
 
 // sourceLayers is the layer set a live sandbox runs on, and the template
