@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/testutil"
 )
 
 // Snapshots, create from a snapshot, fork and reset against the real
@@ -60,7 +61,7 @@ const marker = `echo before > /home/user/data.txt && mkdir -p /opt/deep/er && ec
 // checkMarker fails unless sb has the marker's state, blob hash sum.
 func checkMarker(t testing.TB, sb *client.Sandbox, sum string) {
 	t.Helper()
-	if got := run(t, sb, "cat /home/user/data.txt /opt/deep/er/f; test ! -e /etc/issue && echo issue-gone; sha256sum /home/user/blob | cut -d' ' -f1; stat -c %U /home/user/data.txt"); got != "before\ndeep\nissue-gone\n"+sum+"\nroot" {
+	if got := run(t, sb, "cat /home/user/data.txt /opt/deep/er/f; test ! -e /etc/issue && echo issue-gone; sha256sum /home/user/blob | cut -d' ' -f1; find /home/user/data.txt -printf %u"); got != "before\ndeep\nissue-gone\n"+sum+"\nroot" {
 		t.Fatalf("%s: the snapshot's files are not there: %q", sb.ID(), got)
 	}
 }
@@ -304,4 +305,44 @@ func TestE2EForkOwnNetworksResetKeepsNetwork(t *testing.T) {
 		t.Fatalf("after reset: %q", got)
 	}
 	reach(src)
+}
+
+// TestE2ESnapshotGVisor: filesystem snapshots on gVisor too (sync, pause,
+// copy, resume): a sandbox from the snapshot and a reset to it have the
+// files.
+func TestE2ESnapshotGVisor(t *testing.T) {
+	testutil.RequiresBinary(t, "runsc")
+	e := newE2E(t)
+	ctx := context.Background()
+	cl := e.env.Client(e.env.Key(t, "gv"))
+	src, err := cl.NewSandbox(ctx, client.WithRuntime("gvisor"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	sum := run(t, src, marker)
+	snap, err := src.Snapshot(ctx, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Runtime != "gvisor" {
+		t.Fatalf("snapshot = %+v", snap)
+	}
+	run(t, src, "echo after > /home/user/after.txt")
+	cp, err := cl.NewSandbox(ctx, client.WithSnapshot(snap.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Close()
+	if cp.Info().Runtime != "gvisor" {
+		t.Fatalf("copy runtime = %s, want the snapshot's", cp.Info().Runtime)
+	}
+	checkMarker(t, cp, sum)
+	if err := src.Reset(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	checkMarker(t, src, sum)
+	if got := run(t, src, "test ! -e /home/user/after.txt && echo gone"); got != "gone" {
+		t.Fatalf("after reset: %q", got)
+	}
 }
