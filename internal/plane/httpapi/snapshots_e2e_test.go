@@ -183,6 +183,17 @@ func TestE2ESnapshotCreateFromResetForkAcrossRestart(t *testing.T) {
 	if cp.Info().Snapshot != snap.ID {
 		t.Fatalf("after reset to the snapshot: %+v", cp.Info())
 	}
+	// A paused sandbox resets too, and runs after.
+	if err := cp.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Reset(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if cp.Info().State != api.StateRunning {
+		t.Fatalf("after reset of a paused sandbox: %+v", cp.Info())
+	}
+	checkMarker(t, cp, sum)
 
 	// Fork of the source: its state now (after.txt included), each copy
 	// its own.
@@ -214,6 +225,28 @@ func TestE2ESnapshotCreateFromResetForkAcrossRestart(t *testing.T) {
 	// The fork's own snapshot is gone before it answered.
 	if l, err := cl.ListSnapshots(ctx, client.SnapshotListOptions{}); err != nil || len(l.Snapshots) != 1 {
 		t.Fatalf("snapshots after the fork = %+v, %v", l, err)
+	}
+	// Bounded, and checked against the quota before anything is made.
+	_, err = src.Fork(ctx, 11, nil, nil)
+	wantCode(t, "fork of 11", err, api.CodeInvalidArgument)
+	live, err := cl.ListSandboxes(ctx, client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	room := len(live.Sandboxes) + 1
+	if _, err := e.env.Admin().SetTenantQuotas(ctx, "snap-a", api.QuotaOverride{Sandboxes: &room}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = src.Fork(ctx, 2, nil, nil)
+	wantCode(t, "fork over the quota", err, api.CodeQuotaExceeded)
+	if l, err := cl.ListSandboxes(ctx, client.ListOptions{}); err != nil || len(l.Sandboxes) != len(live.Sandboxes) {
+		t.Fatalf("a refused fork left sandboxes: %d, was %d (%v)", len(l.Sandboxes), len(live.Sandboxes), err)
+	}
+	if l, err := cl.ListSnapshots(ctx, client.SnapshotListOptions{}); err != nil || len(l.Snapshots) != 1 {
+		t.Fatalf("a refused fork left a snapshot: %+v, %v", l, err)
+	}
+	if err := e.env.Admin().ClearTenantQuotas(ctx, "snap-a"); err != nil {
+		t.Fatal(err)
 	}
 
 	// A daemon restart between the snapshot and a create from it.
