@@ -53,9 +53,12 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	if err != nil {
 		return CreateResult{}, err
 	}
-	// A warm pool member, when one matches (pool.go).
-	if res, ok, err := m.claim(ctx, p, req, idemKey); ok || err != nil {
-		return res, err
+	// A warm pool member, when one matches (pool.go); never for a create
+	// from a snapshot, whose files no member has.
+	if snap == nil {
+		if res, ok, err := m.claim(ctx, p, req, idemKey); ok || err != nil {
+			return res, err
+		}
 	}
 	if o := m.cfg.Observer; o != nil {
 		start := time.Now()
