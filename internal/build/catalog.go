@@ -130,6 +130,10 @@ func (b *Builder) Hold() (release func()) {
 	return b.gcMu.RUnlock
 }
 
+// Layers is the layer store the builder catalogs (snapshots capture
+// their layers into it).
+func (b *Builder) Layers() *template.Store { return b.tmpl }
+
 // Resolve returns the ready version of template name (0: the newest) that
 // tenant may use: its own, or a shipped one. A shipped template never built
 // is ErrNotBuilt; anything else missing ErrTemplateNotFound.

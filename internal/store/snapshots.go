@@ -397,3 +397,18 @@ func snapshotLayers(ctx context.Context, db *sql.DB, out map[string]bool) error 
 	}
 	return rows.Err()
 }
+
+// LoadSnapshot returns snapshot id in any state, of any tenant: the
+// layer set of a live sandbox that started from it, which stays while
+// the sandbox lives even when the snapshot is deleted. Not for answering
+// a client (GetSnapshot is).
+func (s *Store) LoadSnapshot(ctx context.Context, id string) (Snapshot, error) {
+	sn, err := scanSnapshot(s.r.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Snapshot{}, fmt.Errorf("%w: snapshot %q", errdefs.ErrNotFound, id)
+	}
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("loading snapshot: %w", err)
+	}
+	return sn, nil
+}

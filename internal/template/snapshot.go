@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/lazyregexp"
@@ -153,6 +155,10 @@ func (s *Store) CaptureSnapshotLayer(ctx context.Context, id string, wl driver.W
 	}
 	stats, err := CaptureUpper(ctx, wl.Dir, w.Root(), IDShift{Base: wl.UIDBase, Count: wl.IDCount}, wl.RuntimeNames)
 	if err != nil {
+		w.Discard()
+		return "", stats, fmt.Errorf("capturing the snapshot's layer: %w", err)
+	}
+	if err := dropRuntimeMountPoints(w.Root()); err != nil {
 		w.Discard()
 		return "", stats, fmt.Errorf("capturing the snapshot's layer: %w", err)
 	}
@@ -303,4 +309,63 @@ func (s *Store) Checkpoints() ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// runtimeMountPoints are mount points below the top level that a runtime
+// makes in a writable layer when the template lacks them (the secrets'
+// tmpfs, driver.Spec.SecretsTmpfs), as parent directory and name.
+var runtimeMountPoints = [][2]string{{"run", "secrets"}}
+
+// dropRuntimeMountPoints removes from captured layer root the empty
+// mount points the runtime made: a sandbox started from the layer must get
+// the runtime's own (runc gives a tmpfs the mode of the directory it
+// mounts on: the captured 0755 would lock the sandbox user out of its
+// secrets' directory). One that is not empty is the sandbox's and stays.
+// root holds what a sandbox wrote: nothing in it is followed.
+func dropRuntimeMountPoints(root string) error {
+	rfd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(rfd)
+	for _, mp := range runtimeMountPoints {
+		dfd, err := unix.Openat(rfd, mp[0], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // absent, or not a directory: nothing of the runtime's
+		}
+		var st unix.Stat_t
+		if unix.Fstatat(dfd, mp[1], &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			// ENOTEMPTY: the sandbox's own files; kept.
+			if err := unix.Unlinkat(dfd, mp[1], unix.AT_REMOVEDIR); err != nil && err != unix.ENOTEMPTY && err != unix.EEXIST {
+				unix.Close(dfd)
+				return fmt.Errorf("removing mount point %s/%s: %w", mp[0], mp[1], err)
+			}
+		}
+		unix.Close(dfd)
+	}
+	return nil
+}
+
+// RemoveSnapshotLayer deletes snapshot id's own captured layer, once its
+// record is purged and no other record names the layer (a snapshot taken
+// of a sandbox started from it stacks it too: the caller checks). A
+// missing one is not an error. It is moved aside first, so that it is
+// gone for lookups at once.
+func (s *Store) RemoveSnapshotLayer(ctx context.Context, id string) error {
+	if !snapshotIDRE.MatchString(id) {
+		return errdefs.Wrap(errdefs.ErrInvalidArgument, "snapshot id %q", id)
+	}
+	key := SnapshotLayerKey(id)
+	dir := filepath.Join(s.dir, layersDir)
+	trash := filepath.Join(dir, trashPrefix+key)
+	if err := os.Rename(filepath.Join(dir, key), trash); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("removing snapshot layer: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err // RemoveStaleLayerWrites finishes it
+	}
+	return os.RemoveAll(trash)
 }

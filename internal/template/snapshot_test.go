@@ -230,3 +230,56 @@ func TestCheckpoints(t *testing.T) {
 		t.Fatalf("left %v", ents)
 	}
 }
+
+// TestDropRuntimeMountPoints: the empty /run/secrets a runtime made for
+// the secrets' tmpfs is left out of a captured layer (runc would give a
+// copy's tmpfs its 0755 and lock the sandbox user out), one holding the
+// sandbox's files stays, and a /run that is a symlink is not followed.
+func TestDropRuntimeMountPoints(t *testing.T) {
+	root := t.TempDir()
+	mk(t, "mkdir", os.MkdirAll(filepath.Join(root, "run", "secrets"), 0o755))
+	mk(t, "drop", dropRuntimeMountPoints(root))
+	if _, err := os.Lstat(filepath.Join(root, "run", "secrets")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("empty mount point kept: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "run")); err != nil {
+		t.Fatalf("its parent went too: %v", err)
+	}
+
+	mk(t, "mkdir", os.MkdirAll(filepath.Join(root, "run", "secrets"), 0o755))
+	mk(t, "file", os.WriteFile(filepath.Join(root, "run", "secrets", "mine"), []byte("x"), 0o644))
+	mk(t, "drop", dropRuntimeMountPoints(root))
+	if _, err := os.Stat(filepath.Join(root, "run", "secrets", "mine")); err != nil {
+		t.Fatalf("the sandbox's own file went: %v", err)
+	}
+
+	// /run → a host directory with an empty secrets/: never touched.
+	host := t.TempDir()
+	mk(t, "mkdir", os.Mkdir(filepath.Join(host, "secrets"), 0o755))
+	other := t.TempDir()
+	mk(t, "symlink", os.Symlink(host, filepath.Join(other, "run")))
+	mk(t, "drop", dropRuntimeMountPoints(other))
+	if _, err := os.Stat(filepath.Join(host, "secrets")); err != nil {
+		t.Fatalf("followed a symlink out of the layer: %v", err)
+	}
+}
+
+// TestRemoveSnapshotLayer: a purged snapshot's own layer goes at once; a
+// missing one is no error; a bad id is refused.
+func TestRemoveSnapshotLayer(t *testing.T) {
+	s := newLayerStore(t)
+	ctx := context.Background()
+	ref := commitLayer(t, s, SnapshotLayerKey("snap_gone"), "f")
+	keep := commitLayer(t, s, SnapshotLayerKey("snap_kept"), "g")
+	mk(t, "remove", s.RemoveSnapshotLayer(ctx, "snap_gone"))
+	if s.HasLayer(SnapshotLayerKey("snap_gone")) {
+		t.Fatalf("%s is still there", ref)
+	}
+	if !s.HasLayer(SnapshotLayerKey("snap_kept")) {
+		t.Fatalf("%s went too", keep)
+	}
+	mk(t, "remove again", s.RemoveSnapshotLayer(ctx, "snap_gone"))
+	if err := s.RemoveSnapshotLayer(ctx, "../x"); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("bad id: %v", err)
+	}
+}

@@ -109,6 +109,9 @@ func (t *tracker) finishGone() {
 		t.finishLocal(api.ExecError, api.ExecCodeSandboxCrashed, "the sandbox crashed")
 	case api.SandboxCodeAgentUnavailable:
 		t.finishLocal(api.ExecError, api.ExecCodeAgentUnavailable, "lost connection to the sandbox agent")
+	case api.ExecCodeSandboxReset:
+		// A reset killed every process (service/sandbox's reset.go).
+		t.finishLocal(api.ExecKilled, api.ExecCodeSandboxReset, "the sandbox was reset")
 	default:
 		t.finishLocal(api.ExecKilled, api.ExecCodeSandboxStopped, "sandbox stopped")
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/redact"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/template"
 	"github.com/airlockhq/airlock/internal/tracing"
 )
 
@@ -38,13 +39,26 @@ type CreateResult struct {
 func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSandboxRequest, idemKey string) (_ CreateResult, err error) {
 	ctx, span := tracing.StartSpan(ctx, "manager.create", "")
 	defer func() { tracing.EndSpan(span, err) }()
+	// A create from a snapshot takes its template, runtime and resources
+	// unless the request names them (snapshot_create.go).
+	var snap *store.Snapshot
+	if req.Snapshot != "" {
+		sn, err := m.snapshotDefaults(ctx, p, &req)
+		if err != nil {
+			return CreateResult{}, err
+		}
+		snap = &sn
+	}
 	sp, drv, err := m.validateCreate(req)
 	if err != nil {
 		return CreateResult{}, err
 	}
-	// A warm pool member, when one matches (pool.go).
-	if res, ok, err := m.claim(ctx, p, req, idemKey); ok || err != nil {
-		return res, err
+	// A warm pool member, when one matches (pool.go); never for a create
+	// from a snapshot, whose files no member has.
+	if snap == nil {
+		if res, ok, err := m.claim(ctx, p, req, idemKey); ok || err != nil {
+			return res, err
+		}
 	}
 	if o := m.cfg.Observer; o != nil {
 		start := time.Now()
@@ -53,11 +67,20 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	if sp.Network, err = m.policy.For(ctx, p, req.Network, drv); err != nil {
 		return CreateResult{}, err
 	}
-	ref, version, err := parseTemplateRef(sp.Template)
-	if err != nil {
-		return CreateResult{}, err
+	var (
+		resolved        template.Resolved
+		releaseTemplate func()
+		restoreDir      string
+	)
+	if snap != nil {
+		resolved, restoreDir, releaseTemplate, err = m.resolveSnapshot(ctx, *snap)
+	} else {
+		ref, version, perr := parseTemplateRef(sp.Template)
+		if perr != nil {
+			return CreateResult{}, perr
+		}
+		resolved, releaseTemplate, err = m.tmpl.Resolve(ctx, p.Tenant, ref, version, sp.Template, req.WaitForTemplate)
 	}
-	resolved, releaseTemplate, err := m.tmpl.Resolve(ctx, p.Tenant, ref, version, sp.Template, req.WaitForTemplate)
 	if err != nil {
 		return CreateResult{}, err
 	}
@@ -106,6 +129,9 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		CreatedAt: now, ExpiresAt: now.Add(time.Duration(sp.TimeoutS) * time.Second), TimeoutS: sp.TimeoutS,
 		Metadata: req.Metadata,
 	}
+	if snap != nil {
+		rec.SnapshotID = snap.ID
+	}
 	applyLifecycle(&rec, req.Lifecycle)
 	sb := &Live{
 		id: id, tenant: p.Tenant, drv: drv, m: m, rec: rec, ready: make(chan struct{}),
@@ -137,6 +163,16 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		m.owners.Live(sb)
 	}
 	m.mu.Unlock()
+	if err == nil && existing == nil && snap != nil {
+		// The record keeps the snapshot's layers from here on, unless the
+		// snapshot was deleted and purged before it was stored.
+		if gerr := m.snapshotStillThere(ctx, snap.ID); gerr != nil {
+			release()
+			m.failCreate(ctx, sb, gerr, idem)
+			close(sb.ready)
+			return CreateResult{}, gerr
+		}
+	}
 	release() // the record now keeps the template version alive
 	if existing != nil {
 		return m.replay(ctx, p, existing, idem)
@@ -155,7 +191,7 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CreateTimeout)
 	defer cancel()
 	start := m.now()
-	err = m.bringUp(cctx, sb, sp, tmpl, req.Secrets)
+	err = m.bringUp(cctx, sb, sp, tmpl, req.Secrets, restoreDir)
 	if err != nil {
 		log.Warn("sandbox create failed", "err", err)
 		m.failCreate(cctx, sb, err, idem)
@@ -173,7 +209,7 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 		close(sb.ready)
 		return CreateResult{}, err
 	}
-	if c := resolved.Config; c.StartCmd != "" || c.ReadyCmd != "" {
+	if c := resolved.Config; restoreDir == "" && (c.StartCmd != "" || c.ReadyCmd != "") {
 		// The template's process runs (and answers its ready check) before
 		// the sandbox is reported ready; it is an exec like any other, so
 		// the sandbox must be running for it.
@@ -190,16 +226,21 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	}
 	close(sb.ready)
 	log.Info("sandbox created", "template", tmpl.Name, "template_version", tmpl.Version, "ready_ms", readyMS, "network", sp.Network.Mode)
-	m.recordEvent(ctx, sb, audit.TypeCreate, map[string]any{
+	detail := map[string]any{
 		"template": tmpl.Name, "template_version": tmpl.Version, "runtime": drv.Name(), "resources": sp.Resources,
 		"timeout_s": sp.TimeoutS, "network": sp.Network, "secret_names": sp.Secrets, "ready_ms": readyMS,
-	})
+	}
+	if snap != nil {
+		detail["snapshot"] = snap.ID
+	}
+	m.recordEvent(ctx, sb, audit.TypeCreate, detail)
 	return CreateResult{Sandbox: m.view(sb.snapshot())}, nil
 }
 
-// bringUp runs the driver's create and start and waits for the agent.
-// With sp.SecretsAsFiles it then writes secrets into the sandbox as files.
-func (m *Service) bringUp(ctx context.Context, sb *Live, sp Spec, tmpl driver.Template, secrets map[string]string) error {
+// bringUp runs the driver's create and start (restoreDir set: its
+// Restore of that memory image instead) and waits for the agent. With
+// sp.SecretsAsFiles it then writes secrets into the sandbox as files.
+func (m *Service) bringUp(ctx context.Context, sb *Live, sp Spec, tmpl driver.Template, secrets map[string]string, restoreDir string) error {
 	dspec := driver.Spec{
 		ID:       sb.id,
 		Template: tmpl,
@@ -230,11 +271,24 @@ func (m *Service) bringUp(ctx context.Context, sb *Live, sp Spec, tmpl driver.Te
 	if err := sb.update(ctx, func(r *store.Sandbox) { r.Handle = hj }); err != nil {
 		return err
 	}
-	sctx, span := tracing.StartSpan(ctx, "driver.start", sb.id)
-	err = sb.drv.Start(sctx, sb.id)
-	tracing.EndSpan(span, err)
-	if err != nil {
-		return fmt.Errorf("driver start: %w", err)
+	if restoreDir != "" {
+		ck, ok := sb.drv.(driver.Checkpointer)
+		if !ok {
+			return public(errdefs.ErrCapabilityUnsupported, "runtime %s cannot restore a memory snapshot", sb.drv.Name())
+		}
+		rctx, span := tracing.StartSpan(ctx, "driver.restore", sb.id)
+		err = ck.Restore(rctx, sb.id, restoreDir)
+		tracing.EndSpan(span, err)
+		if err != nil {
+			return fmt.Errorf("driver restore: %w", err)
+		}
+	} else {
+		sctx, span := tracing.StartSpan(ctx, "driver.start", sb.id)
+		err = sb.drv.Start(sctx, sb.id)
+		tracing.EndSpan(span, err)
+		if err != nil {
+			return fmt.Errorf("driver start: %w", err)
+		}
 	}
 	actx, span := tracing.StartSpan(ctx, "agent.ready", sb.id)
 	err = m.agentReady(actx, sb)

@@ -7,7 +7,24 @@ import (
 
 // durabilityOf says what the server keeps of a sandbox of driver d across
 // pause, snapshot, fork and reset (DriverInfo.Durability): only what is
-// served. Today that is a pause that keeps memory, where d can pause.
+// served. A pause that keeps memory where d can pause; filesystem
+// snapshots (and so forks and resets to a snapshot) where it can pause
+// and hand out its writable layer; memory snapshots and memory forks
+// where it checkpoints; reset on every driver (it re-creates the
+// driver's sandbox in its namespace).
 func durabilityOf(d driver.Driver) *api.Durability {
-	return &api.Durability{PauseKeep: d.Capabilities().Pause}
+	c := d.Capabilities()
+	_, pz := d.(driver.Pauser)
+	_, lc := d.(driver.LayerCapturer)
+	_, ck := d.(driver.Checkpointer)
+	out := &api.Durability{PauseKeep: c.Pause, Reset: true}
+	if c.Pause && pz && c.LayerCapture && lc {
+		out.SnapshotFilesystem = true
+		out.Fork = api.KeepsFilesystem
+		if c.MemorySnapshot && ck {
+			out.SnapshotMemory = true
+			out.Fork = api.KeepsMemory
+		}
+	}
+	return out
 }

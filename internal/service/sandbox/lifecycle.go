@@ -23,7 +23,7 @@ func (m *Service) view(rec store.Sandbox) api.Sandbox {
 	out := api.Sandbox{
 		ID: rec.ID, Tenant: rec.Tenant, Template: rec.Template, TemplateVersion: rec.TemplateVersion,
 		Runtime: rec.Runtime, State: rec.State, CreatedAt: rec.CreatedAt, Resources: sp.Resources,
-		Metadata: rec.Metadata, Network: sp.Network, ReadyMS: rec.ReadyMS,
+		Metadata: rec.Metadata, Network: sp.Network, ReadyMS: rec.ReadyMS, Snapshot: rec.SnapshotID,
 	}
 	if len(out.Metadata) == 0 {
 		out.Metadata = nil

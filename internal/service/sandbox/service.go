@@ -251,6 +251,7 @@ func (m *Service) Start(ctx context.Context) error {
 	if err := m.recoverAll(ctx); err != nil {
 		return err
 	}
+	m.startSnapshots(ctx) // snapshot.go
 	m.started = true
 	m.wg.Add(2)
 	go m.loop()

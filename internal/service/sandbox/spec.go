@@ -89,12 +89,7 @@ func (sb *Live) setExecDefaults(sp Spec) {
 // validateCreate checks req against the limits and fills defaults.
 func (m *Service) validateCreate(req api.CreateSandboxRequest) (Spec, driver.Driver, error) {
 	s := m.settings
-	// The durable sandboxes' fields are in the contract (docs/lifecycle.md)
-	// before they are served: refused, never silently ignored (a create
-	// "from a snapshot" that started from the template would lose data).
-	if req.Snapshot != "" {
-		return Spec{}, nil, public(errdefs.ErrCapabilityUnsupported, "creating from a snapshot is not available on this server yet")
-	}
+	// A snapshot's defaults are in req already (snapshotDefaults).
 	if err := checkPoolFields(req); err != nil {
 		return Spec{}, nil, err
 	}

@@ -292,3 +292,31 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// LayerStore returns the layer store that snapshots capture into: the
+// builder's. Without a builder snapshots are not available
+// (errdefs.ErrCapabilityUnsupported).
+func (s *Service) LayerStore() (*template.Store, error) {
+	if s.bld == nil {
+		return nil, errdefs.Publicf(errdefs.ErrCapabilityUnsupported, "snapshots are not available on this server (it has no template store)")
+	}
+	return s.bld.Layers(), nil
+}
+
+// HoldLayers blocks layer collection until release is called: a snapshot
+// is recorded, and a create or reset from one resolves its layers, under
+// it (see build.Builder.Hold).
+func (s *Service) HoldLayers() (release func()) {
+	if s.bld == nil {
+		return func() {}
+	}
+	return s.bld.Hold()
+}
+
+// CollectLayers asks the layer collector to run now (a snapshot's record
+// was purged: its layer may go).
+func (s *Service) CollectLayers() {
+	if s.bld != nil {
+		s.bld.Kick()
+	}
+}
