@@ -370,6 +370,8 @@ func (m *Service) loop() {
 			return
 		case <-tick.C:
 			m.expire()
+			m.idle()
+			m.flushActivity()
 		case <-sweep.C:
 			m.sweep()
 		case <-purge.C:
