@@ -3,8 +3,8 @@ package httpapi_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
