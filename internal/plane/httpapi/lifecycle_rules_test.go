@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
 )
 
 // The durable lifecycle over the fake driver (its sandboxes run the real
@@ -315,5 +316,33 @@ func TestStopReasons(t *testing.T) {
 		if !found {
 			t.Errorf("%s: no event with stop_reason %s", id, want)
 		}
+	}
+}
+
+// TestSDKLifecycle: the Go SDK's pause to disk, PATCH and keepalive.
+func TestSDKLifecycle(t *testing.T) {
+	h := newHarness(t)
+	c, err := client.New(h.url, h.key("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sb := h.create("acme", api.CreateSandboxRequest{})
+	got, err := c.PauseWith(ctx, sb.ID, client.PauseOptions{Disk: true})
+	if err != nil || got.PauseMemory != api.PauseMemoryDisk {
+		t.Fatalf("pause to disk: %+v %v", got, err)
+	}
+	var ae *client.APIError
+	if _, err := c.Keepalive(ctx, sb.ID); !errors.As(err, &ae) || ae.Code != api.CodeInvalidState {
+		t.Fatalf("keepalive of a paused sandbox without auto_resume: %v", err)
+	}
+	got, err = c.Patch(ctx, sb.ID, api.PatchSandboxRequest{Lifecycle: &api.Lifecycle{AutoResume: boolp(true), IdleTimeoutS: i64(90)}})
+	if err != nil || !*got.Lifecycle.AutoResume || *got.Lifecycle.IdleTimeoutS != 90 {
+		t.Fatalf("patch: %+v %v", got, err)
+	}
+	// With auto_resume the keepalive resumes it.
+	got, err = c.Keepalive(ctx, sb.ID)
+	if err != nil || got.State != api.StateRunning || got.LastActivityAt == nil {
+		t.Fatalf("keepalive: %+v %v", got, err)
 	}
 }
