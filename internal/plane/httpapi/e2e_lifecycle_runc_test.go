@@ -107,6 +107,16 @@ func TestE2ERuncPauseToDisk(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.dataDir, "sandboxes", sb.ID)); !os.IsNotExist(err) {
 		t.Fatalf("sandbox dir left after delete: %v", err)
 	}
+	// A sandbox paused to disk deletes like any other, nothing left.
+	other := h.create("acme", api.CreateSandboxRequest{})
+	h.pauseDisk("acme", other.ID)
+	h.expect(h.req("DELETE", "/v1/sandboxes/"+other.ID, key, nil), http.StatusNoContent, "")
+	if got := h.state("acme", other.ID); got.State != api.StateStopped || got.StopReason != api.StopDeleted {
+		t.Fatalf("deleted while paused to disk: %s %q", got.State, got.StopReason)
+	}
+	if _, err := os.Stat(filepath.Join(e.dataDir, "sandboxes", other.ID)); !os.IsNotExist(err) {
+		t.Fatalf("sandbox dir left after deleting a sandbox paused to disk: %v", err)
+	}
 }
 
 // TestE2ERuncStopReasons: a TTL's end is expired, an init killed from
