@@ -4,19 +4,24 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/driver"
+	"github.com/airlockhq/airlock/internal/service/servicetest"
 )
 
 // The durable lifecycle over the fake driver (its sandboxes run the real
 // agent on host directories): pause to disk (the fake checkpoints no
 // memory, so it is the filesystem-only pause runc has), lifecycle rules,
-// activity, auto-resume and stop reasons. Real runc: internal/daemon's
-// lifecycle root tests.
+// activity, auto-resume and stop reasons. Real runc: e2e_lifecycle_runc_test.go.
 
 func boolp(b bool) *bool { return &b }
 
@@ -344,5 +349,109 @@ func TestSDKLifecycle(t *testing.T) {
 	got, err = c.Keepalive(ctx, sb.ID)
 	if err != nil || got.State != api.StateRunning || got.LastActivityAt == nil {
 		t.Fatalf("keepalive: %+v %v", got, err)
+	}
+}
+
+// ckDriver is the fake driver with memory checkpoints: Checkpoint writes
+// an image file and stops the sandbox, Restore needs the image and starts
+// it (the fake keeps no processes; what is tested is the service's path).
+type ckDriver struct {
+	*servicetest.Driver
+	mu       sync.Mutex
+	failNext error // the next Checkpoint fails, leaving the sandbox running
+	restored []string
+}
+
+func (d *ckDriver) Capabilities() driver.Capabilities {
+	c := d.Driver.Capabilities()
+	c.MemorySnapshot = true
+	return c
+}
+
+func (d *ckDriver) Checkpoint(ctx context.Context, id, dir string, o driver.CheckpointOptions) error {
+	d.mu.Lock()
+	err := d.failNext
+	d.failNext = nil
+	d.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		return errors.New("checkpoint dir not empty")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pages.img"), []byte("memory"), 0o600); err != nil {
+		return err
+	}
+	return d.Driver.Stop(ctx, id, 0)
+}
+
+func (d *ckDriver) Restore(ctx context.Context, id, dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, "pages.img")); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.restored = append(d.restored, id)
+	d.mu.Unlock()
+	return d.Driver.Start(ctx, id)
+}
+
+// TestPauseToDiskWithCheckpoint: where the driver checkpoints memory, the
+// pause writes a memory image of the sandbox's own and the resume
+// restores from it (then removes it); a checkpoint that fails with the
+// sandbox still running leaves it running and reports it.
+func TestPauseToDiskWithCheckpoint(t *testing.T) {
+	var ck *ckDriver
+	h := newHarness(t, withAudit(), withDriver(func(d *servicetest.Driver) driver.Driver {
+		ck = &ckDriver{Driver: d}
+		return ck
+	}))
+	sb := h.create("acme", api.CreateSandboxRequest{})
+	h.putFile("acme", sb.ID, "/home/user/kept.txt", "x")
+	h.pauseDisk("acme", sb.ID)
+	image := filepath.Join(h.dataDir, "pause", sb.ID)
+	if _, err := os.Stat(filepath.Join(image, "complete")); err != nil {
+		t.Fatalf("no complete memory image: %v", err)
+	}
+	// A restart keeps it paused with its image; the resume restores it.
+	h.restart()
+	h.expect(h.req("POST", "/v1/sandboxes/"+sb.ID+"/resume", h.key("acme"), nil), http.StatusOK, "")
+	ck.mu.Lock()
+	restored := slices.Clone(ck.restored)
+	ck.mu.Unlock()
+	if !slices.Equal(restored, []string{sb.ID}) {
+		t.Fatalf("restored %v, want the sandbox once", restored)
+	}
+	if _, err := os.Stat(image); !os.IsNotExist(err) {
+		t.Fatalf("used memory image left: %v", err)
+	}
+	if got := h.getFile("acme", sb.ID, "/home/user/kept.txt"); got != "x" {
+		t.Fatalf("file: %q", got)
+	}
+
+	ck.mu.Lock()
+	ck.failNext = errors.New("injected checkpoint failure")
+	ck.mu.Unlock()
+	r := h.req("POST", "/v1/sandboxes/"+sb.ID+"/pause", h.key("acme"), api.PauseRequest{Memory: api.PauseMemoryDisk})
+	if r.StatusCode < 500 {
+		t.Fatalf("failed checkpoint answered %d %s", r.StatusCode, r.body)
+	}
+	if st := h.state("acme", sb.ID).State; st != api.StateRunning {
+		t.Fatalf("after a failed checkpoint: %s, want running", st)
+	}
+	if got := h.exec("acme", sb.ID, api.ExecRequest{Cmd: []string{"echo", "still"}}); strp(got.Stdout) != "still\n" {
+		t.Fatalf("exec after a failed checkpoint: %+v", got)
+	}
+	if err := h.rec.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ev := range h.auditAll(h.key("acme"), "sandbox_id="+sb.ID, 100) {
+		found = found || ev.Type == api.AuditError && strings.Contains(string(ev.Detail), `"op":"pause"`)
+	}
+	if !found {
+		t.Fatal("no error event for the failed pause")
+	}
+	if _, err := os.Stat(image); !os.IsNotExist(err) {
+		t.Fatalf("failed memory image left: %v", err)
 	}
 }
