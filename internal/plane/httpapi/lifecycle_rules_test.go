@@ -110,7 +110,7 @@ func TestPauseToDiskKeepsFilesEndsProcesses(t *testing.T) {
 }
 
 // clockOff is how far the harness clock is ahead of real time.
-func (h *harness) clockOff() time.Duration { return h.clock.Now().Sub(time.Now()) }
+func (h *harness) clockOff() time.Duration { return time.Until(h.clock.Now()) }
 
 // TestPauseToDiskRefusedForTmpfs: a sandbox whose files are in RAM cannot
 // release it.
