@@ -73,8 +73,19 @@ func (m *Service) Keepalive(ctx context.Context, p auth.Principal, id string) (a
 	return m.view(sb.snapshot()), nil
 }
 
-// flushActivity stores the activity recorded since the last flush.
+// activityFlushEvery is how often recorded activity is written to the
+// store: the idle timeout runs on the in-memory record, the store's copy
+// is for a daemon restart (a keepalive writes at once).
+const activityFlushEvery = 5 * time.Second
+
+// flushActivity stores the activity recorded since the last flush, once
+// every activityFlushEvery.
 func (m *Service) flushActivity() {
+	now := time.Now()
+	if now.Sub(m.activityFlushed) < activityFlushEvery {
+		return
+	}
+	m.activityFlushed = now
 	for _, sb := range m.Lives() {
 		m.flushOne(m.ctx, sb)
 	}
