@@ -159,3 +159,20 @@ func TestE2ERuncStopReasons(t *testing.T) {
 		}
 	}
 }
+
+// TestE2ERuncPauseToDiskRestartsTheTemplate: a template with a start
+// command (code-interpreter's kernel server) runs it again at the resume
+// from disk, so that the sandbox answers as after its create: code runs
+// (in a new interpreter: its state is gone with its processes), the files
+// written before are there.
+func TestE2ERuncPauseToDiskRestartsTheTemplate(t *testing.T) {
+	c := newCodeE2E(t)
+	h := c.h
+	c.code(t, api.CodeRequest{Code: "open('/home/user/cell.txt', 'w').write('from a cell'); x = 41"})
+	h.pauseDisk("acme", c.sb.ID)
+	h.expect(h.req("POST", "/v1/sandboxes/"+c.sb.ID+"/resume", h.key("acme"), nil), http.StatusOK, "")
+	evs := c.code(t, api.CodeRequest{Code: "print(open('/home/user/cell.txt').read()); print('x' in dir())"})
+	if got := evStdout(evs); got != "from a cell\nFalse\n" {
+		t.Fatalf("cell after resume: %q (%+v)", got, evs)
+	}
+}
