@@ -193,6 +193,9 @@ func (f *fakeAPI) routes() http.Handler {
 		s.State = api.StatePaused
 		fwriteJSON(w, 200, s)
 	}))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/keepalive", f.withSandbox(func(w http.ResponseWriter, r *http.Request, s *api.Sandbox) {
+		fwriteJSON(w, 200, s)
+	}))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", f.withSandbox(f.exec))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/execs/{eid}/signal", f.withSandbox(func(w http.ResponseWriter, r *http.Request, s *api.Sandbox) {
 		var req api.SignalRequest

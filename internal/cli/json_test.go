@@ -62,6 +62,7 @@ func jsonCases(t *testing.T) map[string]jsonCase {
 		"airlock sandbox":               {},
 		"airlock sandbox create":        {args: []string{"--ttl", "10m", "--secret", "K=V"}},
 		"airlock sandbox info":          {args: []string{"sbx_1"}},
+		"airlock sandbox keepalive":     {args: []string{"sbx_1"}},
 		"airlock sandbox ls":            {},
 		"airlock sandbox metrics":       {args: []string{"sbx_1"}},
 		"airlock sandbox network":       {args: []string{"sbx_1", "--network", "none"}},

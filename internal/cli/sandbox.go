@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -25,8 +27,9 @@ func (a *app) newSandboxCmd() *cobra.Command {
 		a.newSandboxLsCmd(),
 		a.newSandboxInfoCmd(),
 		a.newSandboxRmCmd(),
-		a.newSandboxStateCmd("pause", "Freeze every process of a sandbox (its timeout stops counting)"),
-		a.newSandboxStateCmd("resume", "Thaw a paused sandbox"),
+		a.newSandboxStateCmd("pause", "Pause a sandbox: freeze its processes in RAM, or with --disk release its RAM (its timeout stops counting)"),
+		a.newSandboxStateCmd("resume", "Run a paused sandbox again"),
+		a.newSandboxKeepaliveCmd(),
 		a.newSandboxTimeoutCmd(),
 		a.newSandboxMetricsCmd(),
 		a.newSandboxNetworkCmd(),
@@ -113,6 +116,7 @@ func (a *app) newSandboxCreateCmd() *cobra.Command {
 	var (
 		f          createFlags
 		nf         netFlags
+		lf         lifecycleFlags
 		oldTimeout string
 	)
 	cmd := &cobra.Command{
@@ -141,6 +145,9 @@ Ctrl-C deletes the sandbox once its create answered.`,
 				return err
 			}
 			nf.apply(&req)
+			if err := lf.apply(cmd, &req); err != nil {
+				return err
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
@@ -171,6 +178,7 @@ Ctrl-C deletes the sandbox once its create answered.`,
 	cmd.Flags().StringVar(&oldTimeout, "timeout", "", "deprecated: --ttl")
 	_ = cmd.Flags().MarkHidden("timeout")
 	nf.register(cmd)
+	lf.register(cmd)
 	return cmd
 }
 
@@ -265,9 +273,31 @@ func (a *app) printSandbox(s *api.Sandbox) error {
 		errText = s.Error.Message + " (" + s.Error.Code + ")"
 	}
 	net := networkText(s.Network)
+	var paused, lifecycle string
+	if s.PausedAt != nil {
+		paused = s.PausedAt.Format(time.RFC3339) + " (" + ago(*s.PausedAt, now) + ", memory " + s.PauseMemory + ")"
+	}
+	if l := s.Lifecycle; l != nil {
+		lifecycle = "on_timeout=" + l.OnTimeout
+		if l.AutoResume != nil && *l.AutoResume {
+			lifecycle += " auto_resume"
+		}
+		if l.IdleTimeoutS != nil && *l.IdleTimeoutS > 0 {
+			lifecycle += fmt.Sprintf(" idle_timeout=%ds", *l.IdleTimeoutS)
+		}
+	}
+	var stopped string
+	if s.StopReason != "" {
+		stopped = s.StopReason
+		if s.EndedAt != nil {
+			stopped += " at " + s.EndedAt.Format(time.RFC3339)
+		}
+	}
 	return kvTable(a.stdout, [][2]string{
 		{"id", s.ID},
 		{"state", s.State},
+		{"paused", paused},
+		{"stopped", stopped},
 		{"error", errText},
 		{"tenant", s.Tenant},
 		{"template", fmt.Sprintf("%s@%d", s.Template, s.TemplateVersion)},
@@ -277,6 +307,7 @@ func (a *app) printSandbox(s *api.Sandbox) error {
 		{"ready", fmt.Sprintf("%d ms", s.ReadyMS)},
 		{"resources", res},
 		{"network", net},
+		{"lifecycle", lifecycle},
 		{"metadata", formatMap(s.Metadata)},
 	})
 }
@@ -310,7 +341,8 @@ func (a *app) newSandboxRmCmd() *cobra.Command {
 }
 
 func (a *app) newSandboxStateCmd(verb, short string) *cobra.Command {
-	return &cobra.Command{
+	var disk bool
+	cmd := &cobra.Command{
 		Use:   verb + " SANDBOX",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
@@ -319,11 +351,49 @@ func (a *app) newSandboxStateCmd(verb, short string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			call := c.Pause
-			if verb == "resume" {
-				call = c.Resume
+			call := c.Resume
+			if verb == "pause" {
+				call = func(ctx context.Context, id string) (*api.Sandbox, error) {
+					return c.PauseWith(ctx, id, client.PauseOptions{Disk: disk})
+				}
 			}
 			s, err := call(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return printJSON(a.stdout, s)
+			}
+			if s.PauseMemory != "" {
+				_, err = fmt.Fprintf(a.stdout, "%s %s (memory %s)\n", s.ID, s.State, s.PauseMemory)
+				return err
+			}
+			_, err = fmt.Fprintf(a.stdout, "%s %s\n", s.ID, s.State)
+			return err
+		},
+	}
+	if verb == "pause" {
+		cmd.Long = `Pause a sandbox. By default every process is frozen in RAM: the resume takes
+milliseconds. With --disk its RAM is released: on gVisor its processes are
+checkpointed to disk and resume where they were; on runc only its files are
+kept: its processes stop (running execs end killed) and the resume starts it
+again on its files (the template's start command runs again).`
+		cmd.Flags().BoolVar(&disk, "disk", false, "release the sandbox's RAM (pause_memory disk) instead of freezing it in RAM")
+	}
+	return cmd
+}
+
+func (a *app) newSandboxKeepaliveCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "keepalive SANDBOX",
+		Short: "Count as activity of a sandbox for its idle timeout (its expiry does not move)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			s, err := c.Keepalive(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -334,6 +404,47 @@ func (a *app) newSandboxStateCmd(verb, short string) *cobra.Command {
 			return err
 		},
 	}
+}
+
+// lifecycleFlags are a create's lifecycle rules.
+type lifecycleFlags struct {
+	onTimeout   string
+	idleTimeout string
+	autoResume  bool
+}
+
+func (l *lifecycleFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&l.onTimeout, "on-timeout", "", "what the end of the TTL does: kill (default) or pause")
+	cmd.Flags().StringVar(&l.idleTimeout, "idle-timeout", "", "pause the sandbox after this long without activity (seconds or a duration like 10m)")
+	cmd.Flags().BoolVar(&l.autoResume, "auto-resume", false, "resume a paused sandbox on the next request to it")
+}
+
+// apply adds the rules given to req.
+func (l *lifecycleFlags) apply(cmd *cobra.Command, req *api.CreateSandboxRequest) error {
+	var lc api.Lifecycle
+	set := false
+	if l.onTimeout != "" {
+		if l.onTimeout != api.OnTimeoutKill && l.onTimeout != api.OnTimeoutPause {
+			return usagef("--on-timeout %q: want kill or pause", l.onTimeout)
+		}
+		lc.OnTimeout, set = l.onTimeout, true
+	}
+	if l.idleTimeout != "" {
+		secs, err := parseSeconds("idle-timeout", l.idleTimeout)
+		if err != nil {
+			return err
+		}
+		n := int64(math.Ceil(secs))
+		lc.IdleTimeoutS, set = &n, true
+	}
+	if cmd.Flags().Changed("auto-resume") {
+		v := l.autoResume
+		lc.AutoResume, set = &v, true
+	}
+	if set {
+		req.Lifecycle = &lc
+	}
+	return nil
 }
 
 func (a *app) newSandboxTimeoutCmd() *cobra.Command {

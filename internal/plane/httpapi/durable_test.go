@@ -14,14 +14,9 @@ import (
 // that silently kept the RAM, would lose what the caller relies on.
 func TestDurableFieldsRefusedUntilServed(t *testing.T) {
 	h := newHarness(t)
-	yes := true
-	idle := int64(60)
 	for name, req := range map[string]api.CreateSandboxRequest{
-		"snapshot":    {Snapshot: "snap_aaaaaaaaaaaaaaaaaaaaaaaa"},
-		"pool":        {Pool: "warm"},
-		"on_timeout":  {Lifecycle: &api.Lifecycle{OnTimeout: api.OnTimeoutPause}},
-		"auto_resume": {Lifecycle: &api.Lifecycle{AutoResume: &yes}},
-		"idle":        {Lifecycle: &api.Lifecycle{IdleTimeoutS: &idle}},
+		"snapshot": {Snapshot: "snap_aaaaaaaaaaaaaaaaaaaaaaaa"},
+		"pool":     {Pool: "warm"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h.expect(h.req("POST", "/v1/sandboxes", h.key("t1"), req), http.StatusBadRequest, api.CodeCapabilityUnsupported)
@@ -30,7 +25,6 @@ func TestDurableFieldsRefusedUntilServed(t *testing.T) {
 	// on_timeout kill is what every sandbox does: accepted.
 	sb := h.create("t1", api.CreateSandboxRequest{Lifecycle: &api.Lifecycle{OnTimeout: api.OnTimeoutKill}})
 	path := "/v1/sandboxes/" + sb.ID + "/pause"
-	h.expect(h.req("POST", path, h.key("t1"), api.PauseRequest{Memory: api.PauseMemoryDisk}), http.StatusBadRequest, api.CodeCapabilityUnsupported)
 	h.expect(h.req("POST", path, h.key("t1"), `{"memory":"swap"}`), http.StatusBadRequest, api.CodeInvalidArgument)
 	h.expect(h.req("POST", path, h.key("t1"), api.PauseRequest{Memory: api.PauseMemoryKeep}), http.StatusOK, "")
 	h.expect(h.req("POST", "/v1/sandboxes/"+sb.ID+"/resume", h.key("t1"), nil), http.StatusOK, "")

@@ -89,6 +89,27 @@ type harness struct {
 	noObserver bool
 	// sampleEvery overrides the manager's sample interval when set.
 	sampleEvery time.Duration
+	// wrap, when set, is the driver the manager gets in place of drv
+	// (withDriver).
+	wrap   driver.Driver
+	wrapFn func(*servicetest.Driver) driver.Driver
+}
+
+// withDriver gives the manager f(drv) in place of the fake driver (a
+// wrapper adding an interface the fake lacks).
+func withDriver(f func(*servicetest.Driver) driver.Driver) option {
+	return func(h *harness) { h.wrapFn = f }
+}
+
+// driver is the driver the manager runs.
+func (h *harness) driver() driver.Driver {
+	if h.wrap == nil && h.wrapFn != nil {
+		h.wrap = h.wrapFn(h.drv)
+	}
+	if h.wrap != nil {
+		return h.wrap
+	}
+	return h.drv
 }
 
 type option func(*harness)
@@ -172,7 +193,7 @@ func (h *harness) start() {
 	h.attr = netpolicy.NewAttribution(netpolicy.AttributionConfig{Audit: h.rec, Registries: h.regs, Logger: testLog, Now: h.clock.Now})
 	svc, err := service.New(service.Config{
 		Observer: obs, SampleInterval: h.sampleEvery, Attribution: h.attr,
-		Settings: h.settings, Store: h.st, Drivers: []driver.Driver{h.drv},
+		Settings: h.settings, Store: h.st, Drivers: []driver.Driver{h.driver()},
 		Templates: servicetest.Templates{"base": {{Name: "base", Version: 1}, {Name: "base", Version: 2}}},
 		Logger:    testLog, Now: h.clock.Now,
 		TickInterval: 20 * time.Millisecond, SweepInterval: 200 * time.Millisecond,

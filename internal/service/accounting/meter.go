@@ -158,6 +158,10 @@ func (m *Meter) Sample(ctx context.Context, sb *sandbox.Live) {
 			usage.Delta(mt.cursor.CPUSeconds, cpu), usage.Delta(mt.cursor.TxBytes, tx)),
 		CPUSeconds: cpu, TxBytes: tx,
 	}
+	if paused && rec.PauseMemory == api.PauseMemoryDisk {
+		// Of the paused seconds, those with the RAM released.
+		a.Q.PausedDiskS = a.Q.PausedS
+	}
 	applied, err := m.store.AccrueUsage(context.WithoutCancel(ctx), a)
 	if err != nil {
 		m.log.Warn("accruing usage", "sandbox_id", sb.ID(), "err", err)

@@ -34,6 +34,9 @@ func (sb *Live) agent(ctx context.Context) (*agentclient.Client, error) {
 		return nil, public(errdefs.ErrInvalidState, "sandbox is stopped")
 	default:
 	}
+	if sb.halted.Load() {
+		return nil, public(errdefs.ErrInvalidState, "sandbox is paused")
+	}
 	dctx, cancel := context.WithTimeout(ctx, sb.m.cfg.AgentDialTimeout)
 	defer cancel()
 	start := time.Now()

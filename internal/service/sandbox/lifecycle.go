@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -43,6 +44,23 @@ func (m *Service) view(rec store.Sandbox) api.Sandbox {
 	if rec.ErrorCode != "" {
 		out.Error = &api.SandboxError{Code: rec.ErrorCode, Message: rec.ErrorMessage}
 	}
+	out.StopReason, out.EndedAt = rec.EndReason, rec.EndedAt
+	paused := rec.PausedTotal
+	if rec.State == api.StatePaused && rec.PausedAt != nil {
+		at := *rec.PausedAt
+		out.PausedAt, out.PauseMemory = &at, rec.PauseMemory
+		if out.PauseMemory == "" {
+			out.PauseMemory = api.PauseMemoryKeep
+		}
+		paused += max(m.now().Sub(at), 0)
+	}
+	out.PausedS = paused.Seconds()
+	out.Lifecycle = lifecycleView(rec.Lifecycle)
+	if !rec.LastActiveAt.IsZero() {
+		at := rec.LastActiveAt
+		out.LastActivityAt = &at
+	}
+	out.Snapshot, out.Pool = rec.SnapshotID, rec.Pool
 	return out
 }
 
@@ -99,9 +117,19 @@ func (m *Service) Running(ctx context.Context, p auth.Principal, id string) (*Li
 	if err != nil {
 		return nil, err
 	}
-	if st := sb.state(); st != api.StateRunning {
+	st := sb.state()
+	if st == api.StatePaused && sb.snapshot().Lifecycle.AutoResume {
+		// auto_resume: the request resumes it first, whatever paused it.
+		if _, err := m.resumeLive(ctx, sb, resumeReasonAuto); err != nil {
+			return nil, err
+		}
+		st = sb.state()
+	}
+	if st != api.StateRunning {
 		return nil, public(errdefs.ErrInvalidState, "sandbox is %s", st)
 	}
+	// Every request that needs the sandbox running is activity.
+	m.touch(sb)
 	return sb, nil
 }
 
@@ -205,7 +233,7 @@ func (m *Service) Delete(ctx context.Context, p auth.Principal, id string) (err 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return m.stop(ctx, sb, "deleted")
+	return m.stop(ctx, sb, api.StopDeleted)
 }
 
 func withState(rec store.Sandbox, state string) store.Sandbox {
@@ -243,17 +271,18 @@ func (m *Service) stop(ctx context.Context, sb *Live, reason string) error {
 		m.log.Error("removing sandbox network", "sandbox_id", sb.id, "tenant", sb.tenant, "err", err)
 		return err
 	}
+	m.removePauseDir(sb.id)
 	now := m.now().UTC()
 	if err := sb.setState(cctx, api.StateStopped, func(r *store.Sandbox) {
-		r.EndedAt, r.EndReason, r.Secrets, r.PausedAt = &now, reason, nil, nil
+		r.EndedAt, r.EndReason, r.Secrets, r.PausedAt, r.PauseMemory = &now, reason, nil, nil, ""
 	}); err != nil {
 		return err
 	}
 	typ := audit.TypeDelete
-	if reason == "expired" {
+	if reason == api.StopExpired {
 		typ = audit.TypeExpiry
 	}
-	m.recordEvent(ctx, sb, typ, map[string]string{"reason": reason})
+	m.recordEvent(ctx, sb, typ, map[string]string{"reason": reason, "stop_reason": reason})
 	m.forget(sb)
 	m.log.Info("sandbox stopped", "sandbox_id", sb.id, "tenant", sb.tenant, "reason", reason)
 	return nil
@@ -283,6 +312,15 @@ func (m *Service) crashed(ctx context.Context, sb *Live, why string) {
 }
 
 func (m *Service) crashedCode(ctx context.Context, sb *Live, code, why string) {
+	reason := api.StopCrashed
+	if code == api.SandboxCodeNetworkLost {
+		reason = api.StopNetworkLost
+	}
+	m.crashedReason(ctx, sb, code, reason, why)
+}
+
+// crashedReason is crashed with the stop reason given (api.Stop*).
+func (m *Service) crashedReason(ctx context.Context, sb *Live, code, reason, why string) {
 	sb.opMu.Lock()
 	defer sb.opMu.Unlock()
 	cctx, cancel := cleanupCtx(ctx)
@@ -291,7 +329,7 @@ func (m *Service) crashedCode(ctx context.Context, sb *Live, code, why string) {
 	if !isLive(st) || st == api.StateStarting {
 		return
 	}
-	m.log.Warn("sandbox crashed", "sandbox_id", sb.id, "tenant", sb.tenant, "driver", sb.drv.Name(), "code", code, "why", why)
+	m.log.Warn("sandbox crashed", "sandbox_id", sb.id, "tenant", sb.tenant, "driver", sb.drv.Name(), "code", code, "stop_reason", reason, "why", why)
 	// Bill up to the crash's discovery; counters keep their last sample.
 	m.meter.Sample(cctx, sb)
 	sb.crashCode.Store(&code)
@@ -303,15 +341,16 @@ func (m *Service) crashedCode(ctx context.Context, sb *Live, code, why string) {
 		// Deleting the sandbox (state error) tries again.
 		m.log.Error("removing crashed sandbox's network", "sandbox_id", sb.id, "err", err)
 	}
+	m.removePauseDir(sb.id)
 	now := m.now().UTC()
 	if err := sb.setState(cctx, api.StateError, func(r *store.Sandbox) {
 		r.ErrorCode, r.ErrorMessage = code, why
-		r.EndedAt, r.EndReason, r.Secrets, r.PausedAt = &now, "crashed", nil, nil
+		r.EndedAt, r.EndReason, r.Secrets, r.PausedAt, r.PauseMemory = &now, reason, nil, nil, ""
 		r.DesiredState = api.StateStopped
 	}); err != nil {
 		m.log.Error("recording crash", "sandbox_id", sb.id, "err", err)
 	}
-	m.recordEvent(ctx, sb, audit.TypeError, map[string]string{"code": code, "message": why})
+	m.recordEvent(ctx, sb, audit.TypeError, map[string]string{"code": code, "message": why, "stop_reason": reason})
 	if o := m.cfg.Observer; o != nil {
 		if eo, ok := o.(SandboxErrorObserver); ok {
 			eo.SandboxError(code)
@@ -349,82 +388,21 @@ func (m *Service) SetTimeout(ctx context.Context, p auth.Principal, id string, t
 	return m.view(sb.snapshot()), nil
 }
 
-// Pause freezes sandbox id. Pausing a paused sandbox is a no-op.
-func (m *Service) Pause(ctx context.Context, p auth.Principal, id string) (_ api.Sandbox, err error) {
-	ctx, span := tracing.StartSpan(ctx, "manager.pause", id)
-	defer func() { tracing.EndSpan(span, err) }()
-	sb, err := m.LiveSandbox(ctx, p, id)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	pz, ok := sb.drv.(driver.Pauser)
-	if !ok || !sb.drv.Capabilities().Pause {
-		return api.Sandbox{}, public(errInvalid, "runtime %s cannot pause", sb.drv.Name())
-	}
-	sb.opMu.Lock()
-	defer sb.opMu.Unlock()
-	switch st := sb.state(); st {
-	case api.StatePaused:
-		return m.view(sb.snapshot()), nil
-	case api.StateRunning:
-	default:
-		return api.Sandbox{}, public(errdefs.ErrInvalidState, "sandbox is %s", st)
-	}
-	if err := sb.update(ctx, func(r *store.Sandbox) { r.DesiredState = api.StatePaused }); err != nil {
-		return api.Sandbox{}, err
-	}
-	// Seconds until now were running ones.
-	m.meter.Sample(ctx, sb)
-	if err := pz.Pause(ctx, sb.id); err != nil {
-		sb.update(context.WithoutCancel(ctx), func(r *store.Sandbox) { r.DesiredState = api.StateRunning })
-		return api.Sandbox{}, fmt.Errorf("pausing: %w", err)
-	}
-	now := m.now().UTC()
-	if err := sb.setState(ctx, api.StatePaused, func(r *store.Sandbox) { r.PausedAt = &now }); err != nil {
-		return api.Sandbox{}, err
-	}
-	m.log.Info("sandbox paused", "sandbox_id", sb.id, "tenant", sb.tenant)
-	m.recordEvent(ctx, sb, audit.TypePause, map[string]any{})
-	return m.view(sb.snapshot()), nil
+// Pause freezes sandbox id (memory keep). Pausing a paused sandbox is a
+// no-op.
+func (m *Service) Pause(ctx context.Context, p auth.Principal, id string) (api.Sandbox, error) {
+	return m.PauseWith(ctx, p, id, PauseOptions{Memory: api.PauseMemoryKeep})
 }
 
-// Resume thaws sandbox id; its deadline moves by the time it was paused.
-// Resuming a running sandbox is a no-op.
-func (m *Service) Resume(ctx context.Context, p auth.Principal, id string) (_ api.Sandbox, err error) {
-	ctx, span := tracing.StartSpan(ctx, "manager.resume", id)
-	defer func() { tracing.EndSpan(span, err) }()
+// Resume runs paused sandbox id again (thawed, restored or started on its
+// files: pause.go); its deadline moves by the time it was paused.
+// Resuming a running sandbox is a no-op. A failed resume leaves it paused.
+func (m *Service) Resume(ctx context.Context, p auth.Principal, id string) (api.Sandbox, error) {
 	sb, err := m.LiveSandbox(ctx, p, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	pz, ok := sb.drv.(driver.Pauser)
-	if !ok {
-		return api.Sandbox{}, public(errInvalid, "runtime %s cannot pause", sb.drv.Name())
-	}
-	sb.opMu.Lock()
-	defer sb.opMu.Unlock()
-	switch st := sb.state(); st {
-	case api.StateRunning:
-		return m.view(sb.snapshot()), nil
-	case api.StatePaused:
-	default:
-		return api.Sandbox{}, public(errdefs.ErrInvalidState, "sandbox is %s", st)
-	}
-	if err := sb.update(ctx, func(r *store.Sandbox) { r.DesiredState = api.StateRunning }); err != nil {
-		return api.Sandbox{}, err
-	}
-	// Seconds until now were paused ones.
-	m.meter.Sample(ctx, sb)
-	if err := pz.Resume(ctx, sb.id); err != nil {
-		return api.Sandbox{}, fmt.Errorf("resuming: %w", err)
-	}
-	if err := sb.setState(ctx, api.StateRunning, func(r *store.Sandbox) { m.unpause(r) }); err != nil {
-		return api.Sandbox{}, err
-	}
-	m.afterResume(ctx, sb)
-	m.log.Info("sandbox resumed", "sandbox_id", sb.id, "tenant", sb.tenant)
-	m.recordEvent(ctx, sb, audit.TypeResume, map[string]any{})
-	return m.view(sb.snapshot()), nil
+	return m.resumeLive(ctx, sb, "")
 }
 
 // unpause moves the deadline by the time spent paused.
@@ -456,7 +434,8 @@ func (m *Service) Metrics(ctx context.Context, p auth.Principal, id string) (api
 	}
 	out.UptimeS = max(up, 0).Seconds()
 	st, ok := sb.drv.(driver.Stater)
-	if !ok {
+	if !ok || sb.halted.Load() {
+		// Paused to disk: nothing runs, nothing to sample.
 		return out, nil
 	}
 	s, err := st.Stats(ctx, sb.id)
@@ -508,7 +487,11 @@ func (m *Service) expire() {
 				sb.expiring = false
 				sb.mu.Unlock()
 			}()
-			if err := m.stop(m.ctx, sb, "expired"); err != nil {
+			if sb.snapshot().Lifecycle.OnTimeout == store.OnTimeoutPause {
+				m.pauseAtTimeout(sb)
+				return
+			}
+			if err := m.stop(m.ctx, sb, api.StopExpired); err != nil {
 				m.log.Warn("stopping expired sandbox", "sandbox_id", sb.id, "err", err)
 			}
 		})
@@ -533,7 +516,11 @@ func (m *Service) sweep() {
 			defer wg.Done()
 			defer func() { <-sem }()
 			if st == api.StateStopping {
-				if err := m.stop(m.ctx, sb, "deleted"); err != nil {
+				reason := sb.snapshot().EndReason
+				if reason == "" {
+					reason = api.StopDeleted
+				}
+				if err := m.stop(m.ctx, sb, reason); err != nil {
 					m.log.Warn("retrying destroy", "sandbox_id", sb.id, "err", err)
 				}
 				return
@@ -547,6 +534,11 @@ func (m *Service) sweep() {
 // checkAlive inspects a sandbox and handles it as crashed if its init is
 // gone. It returns true if the sandbox still runs.
 func (m *Service) checkAlive(sb *Live) bool {
+	if sb.halted.Load() {
+		// Paused to disk (or being paused): its processes are stopped on
+		// purpose, nothing crashed.
+		return false
+	}
 	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
 	defer cancel()
 	status, err := sb.drv.Inspect(ctx, sb.id)
@@ -565,8 +557,18 @@ func (m *Service) checkAlive(sb *Live) bool {
 	case driver.StateRunning, driver.StatePaused, driver.StateCreated:
 		return true
 	}
+	if sb.halted.Load() {
+		return false // paused to disk while it was inspected
+	}
 	why := "sandbox init exited"
 	switch {
+	case status.ExitSignal == "SIGKILL" && status.OOMKills > 0:
+		// The kernel kills for memory with SIGKILL and counts it in the
+		// cgroup: the init (the agent) went for memory, and every process
+		// with it.
+		m.crashedReason(ctx, sb, api.SandboxCodeCrashed, api.StopOOM,
+			"sandbox init was killed for memory (out of memory: the sandbox's memory limit was reached)")
+		return false
 	case status.ExitSignal != "":
 		why = "sandbox init was killed by " + status.ExitSignal
 	case status.State == driver.StateStopped:
@@ -574,4 +576,12 @@ func (m *Service) checkAlive(sb *Live) bool {
 	}
 	m.crashed(ctx, sb, why)
 	return false
+}
+
+// removePauseDir removes what a pause to disk kept of sandbox id beside
+// its storage (a memory image).
+func (m *Service) removePauseDir(id string) {
+	if err := os.RemoveAll(m.pauseDir(id)); err != nil {
+		m.log.Warn("removing memory image", "sandbox_id", id, "err", err)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/agentclient"
@@ -49,8 +50,20 @@ type Live struct {
 	dialMu sync.Mutex
 	client *agentclient.Client
 
-	// expiring is set while the TTL loop stops the sandbox.
-	expiring bool
+	// expiring is set while the TTL loop stops (or pauses) the sandbox;
+	// idling while the idle loop pauses it.
+	expiring, idling bool
+	// halted is set while the sandbox's processes are stopped on purpose:
+	// paused to disk, or on the way there or back. Its agent's going away
+	// is then no crash, and nothing dials it.
+	halted atomic.Bool
+	// activityDirty says rec.LastActiveAt moved since it was stored;
+	// streams counts the open streams (Active) that keep it awake.
+	activityDirty bool
+	streams       atomic.Int64
+	// restartedAt is when a resume from disk last had the template's
+	// start command ready (guarded by mu).
+	restartedAt time.Time
 	// execRecovery is set for a sandbox recovered while paused: its execs
 	// are re-attached once it is resumed.
 	execRecovery bool

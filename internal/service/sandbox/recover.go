@@ -55,7 +55,7 @@ func (m *Service) recoverOne(ctx context.Context, rec store.Sandbox) {
 		now := m.now().UTC()
 		rec.State, rec.DesiredState = api.StateError, api.StateStopped
 		rec.ErrorCode, rec.ErrorMessage = api.CodeRuntimeUnavailable, "runtime "+rec.Runtime+" is not available after a daemon restart"
-		rec.EndedAt, rec.EndReason = &now, "crashed"
+		rec.EndedAt, rec.EndReason = &now, api.StopHost
 		if err := m.store.UpdateSandbox(ctx, rec); err != nil {
 			log.Error("recording unrecoverable sandbox", "err", err)
 		}
@@ -93,7 +93,7 @@ func (m *Service) recoverOne(ctx context.Context, rec store.Sandbox) {
 		m.owners.Live(sb)
 		reason := rec.EndReason
 		if reason == "" {
-			reason = "deleted"
+			reason = api.StopDeleted
 		}
 		if err := m.stop(ctx, sb, reason); err != nil {
 			log.Warn("finishing interrupted delete", "err", err)
@@ -105,16 +105,31 @@ func (m *Service) recoverOne(ctx context.Context, rec store.Sandbox) {
 		m.crashed(ctx, sb, "sandbox has no runtime handle")
 		return
 	}
+	if rec.State == api.StatePaused && rec.PauseMemory == api.PauseMemoryDisk {
+		m.recoverPausedToDisk(ctx, sb, sp, log)
+		return
+	}
 	if err := drv.Recover(ctx, &h); err != nil {
 		if !errdefs.IsNotFound(err) {
 			log.Warn("recovering sandbox", "err", err)
 		}
-		m.crashed(ctx, sb, "sandbox did not survive the daemon restart")
+		if errdefs.IsNotFound(err) && rec.DesiredState == api.StatePaused && rec.State == api.StateRunning && !sp.Resources.DiskTmpfs {
+			// The last daemon died pausing it to disk, its processes
+			// stopped: it is paused with its files, as it was asked.
+			now := m.now().UTC()
+			if err := sb.setState(ctx, api.StatePaused, func(r *store.Sandbox) {
+				r.PausedAt, r.PauseMemory = &now, api.PauseMemoryDisk
+			}); err == nil {
+				m.recoverPausedToDisk(ctx, sb, sp, log)
+				return
+			}
+		}
+		m.crashedReason(ctx, sb, api.SandboxCodeCrashed, api.StopHost, "sandbox did not survive the daemon restart")
 		return
 	}
 	status, err := drv.Inspect(ctx, rec.ID)
 	if err != nil || (status.State != driver.StateRunning && status.State != driver.StatePaused) {
-		m.crashed(ctx, sb, "sandbox did not survive the daemon restart")
+		m.crashedReason(ctx, sb, api.SandboxCodeCrashed, api.StopHost, "sandbox did not survive the daemon restart")
 		return
 	}
 	// Its resolver and proxy died with the last daemon (the filter kept
@@ -205,4 +220,37 @@ func (m *Service) afterResume(ctx context.Context, sb *Live) {
 	if err := m.reattach(rctx, sb, m.log.With("sandbox_id", sb.id)); err != nil {
 		m.log.Warn("re-attaching execs after resume", "sandbox_id", sb.id, "err", err)
 	}
+}
+
+// recoverPausedToDisk re-adopts a sandbox paused to disk: nothing of it
+// runs, its storage (and memory image) must be there. It stays paused
+// and resumable; a resume the last daemon started is finished.
+func (m *Service) recoverPausedToDisk(ctx context.Context, sb *Live, sp Spec, log *slog.Logger) {
+	sb.halted.Store(true)
+	if _, err := sb.drv.Inspect(ctx, sb.id); err != nil {
+		log.Warn("sandbox paused to disk lost its storage", "err", err)
+		m.crashedReason(ctx, sb, api.SandboxCodeCrashed, api.StopHost, "the files of the sandbox paused to disk did not survive the daemon restart")
+		return
+	}
+	if err := m.recoverNetwork(ctx, sb.id, sp); err != nil {
+		log.Warn("recovering sandbox network", "err", err)
+		m.crashedCode(ctx, sb, api.SandboxCodeNetworkLost, "sandbox network did not survive the daemon restart")
+		return
+	}
+	m.mu.Lock()
+	m.live[sb.id] = sb
+	m.mu.Unlock()
+	m.owners.Live(sb)
+	m.previews.Restore(ctx, sb)
+	// Execs the store says run were ended by the pause, or are lost with
+	// the last daemon: the resume's Reattach ends them.
+	sb.mu.Lock()
+	sb.execRecovery = true
+	sb.mu.Unlock()
+	if sb.snapshot().DesiredState == api.StateRunning {
+		if _, err := m.resumeLive(ctx, sb, ""); err != nil {
+			log.Warn("finishing interrupted resume", "err", err)
+		}
+	}
+	log.Info("sandbox recovered", "state", sb.state(), "pause_memory", api.PauseMemoryDisk)
 }

@@ -168,6 +168,10 @@ type Service struct {
 	mu   sync.Mutex
 	live map[string]*Live
 
+	// activityFlushed is when activity was last written to the store (the
+	// loop's own).
+	activityFlushed time.Time
+
 	ctx      context.Context // lifetime of background work; cancelled by Close
 	cancel   context.CancelFunc
 	shutdown chan struct{} // closed by Close: trackers stop without recording
@@ -371,6 +375,8 @@ func (m *Service) loop() {
 			return
 		case <-tick.C:
 			m.expire()
+			m.idle()
+			m.flushActivity()
 		case <-sweep.C:
 			m.sweep()
 		case <-purge.C:
