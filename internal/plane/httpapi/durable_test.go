@@ -18,7 +18,6 @@ func TestDurableFieldsRefusedUntilServed(t *testing.T) {
 	idle := int64(60)
 	for name, req := range map[string]api.CreateSandboxRequest{
 		"snapshot":    {Snapshot: "snap_aaaaaaaaaaaaaaaaaaaaaaaa"},
-		"pool":        {Pool: "warm"},
 		"on_timeout":  {Lifecycle: &api.Lifecycle{OnTimeout: api.OnTimeoutPause}},
 		"auto_resume": {Lifecycle: &api.Lifecycle{AutoResume: &yes}},
 		"idle":        {Lifecycle: &api.Lifecycle{IdleTimeoutS: &idle}},
