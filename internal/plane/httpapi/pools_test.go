@@ -158,7 +158,6 @@ func TestPoolAPI(t *testing.T) {
 	}
 }
 
-
 func TestPoolClaim(t *testing.T) {
 	h := newHarness(t, withAudit())
 	h.putPool("acme", "warm", api.PutPoolRequest{Template: "base", Size: 1})
