@@ -36,7 +36,7 @@ func (h *harness) putPool(tenant, name string, req api.PutPoolRequest) api.Pool 
 
 // waitPoolReady waits until tenant's pool name has n ready members and
 // none starting.
-func (h *harness) waitPoolReady(t *testing.T, tenant, name string, n int) api.Pool {
+func (h *harness) waitPoolReady(t testing.TB, tenant, name string, n int) api.Pool {
 	t.Helper()
 	var p api.Pool
 	deadline := time.Now().Add(30 * time.Second)

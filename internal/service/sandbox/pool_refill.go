@@ -219,10 +219,38 @@ func (m *Service) drainPool(ctx context.Context, pool store.Pool) int {
 // first wins) and destroys it (stop_reason pool_drained).
 func (m *Service) drainMember(ctx context.Context, id string) {
 	ok, err := m.store.SetPoolMemberState(ctx, id, store.MemberDraining, store.MemberReady)
-	if err != nil || !ok {
+	if err != nil {
 		return
 	}
-	m.destroyMember(ctx, id)
+	if ok {
+		m.destroyMember(ctx, id)
+		return
+	}
+	// Another drain (the refill's, a PUT's or DELETE's) took it first:
+	// wait for it to finish, so that a PUT of size 0 or a DELETE answers
+	// with nothing of the pool's left running. A claim that took it is
+	// not waited for.
+	if mem, err := m.store.GetPoolMember(ctx, id); err != nil || mem.State != store.MemberDraining {
+		return
+	}
+	wait := time.NewTicker(10 * time.Millisecond)
+	defer wait.Stop()
+	deadline := time.After(cleanupTimeout)
+	for {
+		m.mu.Lock()
+		_, live := m.live[id]
+		m.mu.Unlock()
+		if !live {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline:
+			return
+		case <-wait.C:
+		}
+	}
 }
 
 // destroyMember destroys member id, already draining, and records it gone.
