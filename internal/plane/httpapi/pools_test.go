@@ -24,11 +24,21 @@ func (h *harness) pool(tenant, name string) api.Pool {
 	return p
 }
 
-// putPool puts tenant's pool name.
+// putPool puts tenant's pool name. The pool is deleted when the test
+// ends, before the daemon stops: a daemon keeps its members running across
+// a stop, as it keeps every sandbox.
 func (h *harness) putPool(tenant, name string, req api.PutPoolRequest) api.Pool {
 	h.t.Helper()
 	r := h.req("PUT", "/v1/pools/"+name, h.key(tenant), req)
 	h.expect(r, http.StatusOK, "")
+	if r.StatusCode == http.StatusOK {
+		key := h.key(tenant)
+		h.t.Cleanup(func() {
+			if h.url != "" {
+				h.req("DELETE", "/v1/pools/"+name, key, nil)
+			}
+		})
+	}
 	var p api.Pool
 	r.json(h.t, &p)
 	return p

@@ -266,7 +266,29 @@ func (m *Service) DeletePool(ctx context.Context, p auth.Principal, tenant, name
 		return err
 	}
 	m.log.Info("pool deleted", "tenant", tenant, "pool", name)
-	m.drainPool(ctx, store.Pool{Tenant: tenant, Name: name, Size: -1})
+	// A member being started is drained as soon as it is up: wait for it
+	// too, so that nothing of the pool runs once DELETE answered.
+	dctx, cancel := context.WithTimeout(ctx, m.cfg.CreateTimeout)
+	defer cancel()
+	for {
+		m.drainPool(dctx, store.Pool{Tenant: tenant, Name: name, Size: -1})
+		members, err := m.store.PoolMembers(dctx, tenant, name)
+		if err != nil {
+			return err
+		}
+		starting := false
+		for _, mem := range members {
+			starting = starting || mem.State == store.MemberStarting
+		}
+		if !starting {
+			break
+		}
+		select {
+		case <-dctx.Done():
+			return dctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	m.kickPools()
 	return nil
 }
@@ -307,7 +329,7 @@ func (m *Service) claim(ctx context.Context, p auth.Principal, req api.CreateSan
 	if err != nil {
 		return CreateResult{}, false, err
 	}
-	m.kickPools() // the pool refills with a new member
+	m.claimed() // the pool refills with a new member
 	m.mu.Lock()
 	sb := m.live[mem.SandboxID]
 	m.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
@@ -36,19 +37,55 @@ var (
 // its claim (the claim sets the request's).
 const memberLifetime = 50 * 365 * 24 * time.Hour
 
-// poolKicks holds each Service's kick channel (the loop's wake-up).
-var poolKicks sync.Map // *Service → chan struct{}
+// poolClaimGrace is how long after a claim the refill waits before it
+// starts a member: the claimed sandbox's first commands get the CPU that
+// starting a member (runc, mounts, the agent) would take from them.
+var poolClaimGrace = 300 * time.Millisecond
 
-func (m *Service) poolKick() chan struct{} {
-	v, _ := poolKicks.LoadOrStore(m, make(chan struct{}, 1))
-	return v.(chan struct{})
+// poolStates holds each Service's refill state shared with its claims.
+var poolStates sync.Map // *Service → *poolState
+
+type poolState struct {
+	kick      chan struct{} // wakes the loop
+	lastClaim atomic.Int64  // unix nanoseconds of the last claim
+}
+
+func (m *Service) poolState() *poolState {
+	if v, ok := poolStates.Load(m); ok {
+		return v.(*poolState)
+	}
+	v, _ := poolStates.LoadOrStore(m, &poolState{kick: make(chan struct{}, 1)})
+	return v.(*poolState)
 }
 
 // kickPools wakes the refill loop.
 func (m *Service) kickPools() {
 	select {
-	case m.poolKick() <- struct{}{}:
+	case m.poolState().kick <- struct{}{}:
 	default:
+	}
+}
+
+// claimed tells the refill a member was claimed: it refills, after
+// poolClaimGrace.
+func (m *Service) claimed() {
+	m.poolState().lastClaim.Store(time.Now().UnixNano())
+	m.kickPools()
+}
+
+// claimGrace waits out poolClaimGrace after the last claim; false if the
+// service closed meanwhile.
+func (m *Service) claimGrace() bool {
+	for {
+		d := poolClaimGrace - time.Since(time.Unix(0, m.poolState().lastClaim.Load()))
+		if d <= 0 {
+			return true
+		}
+		select {
+		case <-m.ctx.Done():
+			return false
+		case <-time.After(d):
+		}
 	}
 }
 
@@ -70,8 +107,8 @@ type refill struct {
 }
 
 func (m *Service) refillLoop() {
-	defer poolKicks.Delete(m)
-	kick := m.poolKick()
+	defer poolStates.Delete(m)
+	kick := m.poolState().kick
 	r := &refill{retryAt: map[poolKey]time.Time{}, backoff: map[poolKey]time.Duration{}, short: map[poolKey]time.Time{}}
 	tick := time.NewTicker(poolTick)
 	defer tick.Stop()
@@ -152,6 +189,9 @@ func (m *Service) refillOnce(ctx context.Context, r *refill) bool {
 		return false
 	}
 	k := poolKey{pick.Tenant, pick.Name}
+	if !m.claimGrace() {
+		return false
+	}
 	if err := m.startMember(ctx, *pick); err != nil {
 		if ctx.Err() != nil {
 			return true
