@@ -147,7 +147,7 @@ func (m *Service) PutPool(ctx context.Context, p auth.Principal, tenant, name st
 	if !created {
 		// Drain what no longer fits before answering, so that a PUT of
 		// size 0 leaves nothing running.
-		m.drainPool(ctx, rec)
+		m.drainPool(ctx, rec, 0)
 	}
 	m.kickPools()
 	out, err := m.getPool(ctx, tenant, name)
@@ -271,7 +271,7 @@ func (m *Service) DeletePool(ctx context.Context, p auth.Principal, tenant, name
 	dctx, cancel := context.WithTimeout(ctx, m.cfg.CreateTimeout)
 	defer cancel()
 	for {
-		m.drainPool(dctx, store.Pool{Tenant: tenant, Name: name, Size: -1})
+		m.drainPool(dctx, store.Pool{Tenant: tenant, Name: name, Size: -1}, 0)
 		members, err := m.store.PoolMembers(dctx, tenant, name)
 		if err != nil {
 			return err

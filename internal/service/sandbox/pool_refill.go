@@ -157,7 +157,7 @@ func (m *Service) refillOnce(ctx context.Context, r *refill) bool {
 		pl := pools[i]
 		k := poolKey{pl.Tenant, pl.Name}
 		seen[k] = true
-		ready := m.drainPool(ctx, pl)
+		ready := m.drainPool(ctx, pl, m.poolVersion(ctx, pl))
 		if ready >= pl.Size {
 			delete(r.short, k)
 			continue
@@ -224,10 +224,29 @@ func (m *Service) refillOnce(ctx context.Context, r *refill) bool {
 	return true
 }
 
+// poolVersion is the template version a create of pool's template would
+// get now (0 when it cannot say: a build runs, the template is gone).
+func (m *Service) poolVersion(ctx context.Context, pool store.Pool) int {
+	ref, version, err := parseTemplateRef(pool.Template)
+	if err != nil {
+		return 0
+	}
+	if version > 0 {
+		return version
+	}
+	r, release, err := m.tmpl.Resolve(ctx, pool.Tenant, ref, 0, pool.Template, false)
+	if err != nil {
+		return 0
+	}
+	release()
+	return r.Template.Version
+}
+
 // drainPool drains pool's ready members that no longer match it (another
-// template, runtime or resources) and those beyond its size (the newest;
-// Size -1: every one), and returns how many ready ones it keeps.
-func (m *Service) drainPool(ctx context.Context, pool store.Pool) int {
+// template, runtime or resources, or a template version other than
+// version when it is not 0) and those beyond its size (the newest; Size
+// -1: every one), and returns how many ready ones it keeps.
+func (m *Service) drainPool(ctx context.Context, pool store.Pool, version int) int {
 	members, err := m.store.PoolMembers(ctx, pool.Tenant, pool.Name)
 	if err != nil {
 		m.log.Warn("listing pool members", "tenant", pool.Tenant, "pool", pool.Name, "err", err)
@@ -241,7 +260,7 @@ func (m *Service) drainPool(ctx context.Context, pool store.Pool) int {
 		m.mu.Lock()
 		sb := m.live[mem.SandboxID]
 		m.mu.Unlock()
-		if pool.Size < 0 || sb == nil || !poolMatches(pool, sb.Spec()) {
+		if pool.Size < 0 || sb == nil || !poolMatches(pool, sb.Spec()) || version > 0 && sb.Record().TemplateVersion != version {
 			m.drainMember(ctx, mem.SandboxID)
 			continue
 		}
