@@ -50,6 +50,11 @@ func jsonCases(t *testing.T) map[string]jsonCase {
 		"airlock keys create":           {args: []string{"--tenant", "acme"}},
 		"airlock keys ls":               {},
 		"airlock keys rm":               {args: []string{"key_1"}},
+		"airlock pool":                  {},
+		"airlock pool delete":           {args: []string{"warm"}, fails: true}, // the fake API has no pools: pool_test.go
+		"airlock pool get":              {args: []string{"warm"}, fails: true},
+		"airlock pool list":             {fails: true},
+		"airlock pool put":              {args: []string{"warm", "--template", "base"}, fails: true},
 		"airlock preview":               {},
 		"airlock preview close":         {args: []string{"sbx_1", "8080"}},
 		"airlock preview ls":            {args: []string{"sbx_1"}},

@@ -162,7 +162,12 @@ func New(cfg Config) (*Set, error) {
 // background work (TTLs, liveness, sampling). It returns once recovery is
 // done.
 func (s *Set) Start(ctx context.Context) error {
-	return s.Sandboxes.Start(ctx)
+	if err := s.Sandboxes.Start(ctx); err != nil {
+		return err
+	}
+	// Warm pools refill once the members an earlier daemon made are back.
+	s.Sandboxes.StartPools()
+	return nil
 }
 
 // Close stops the services; sandboxes keep running for the next daemon.

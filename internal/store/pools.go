@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -23,6 +24,15 @@ const (
 	// MemberClaimed: a create claimed it; it is an ordinary sandbox from
 	// then on and never goes back to the pool.
 	MemberClaimed = "claimed"
+	// MemberDraining: the refill (or a DELETE) took it to destroy it
+	// (pool_drained); nobody can claim it any more. A daemon that dies
+	// meanwhile finds it among StrayPoolMembers.
+	MemberDraining = "draining"
+	// MemberGone: its sandbox is no longer live (drained, failed to
+	// start, crashed). The row stays until the sandbox's record is purged
+	// (ForgetGonePoolMembers), so that the record is never listed as one
+	// of the tenant's sandboxes.
+	MemberGone = "gone"
 )
 
 // Pool is a warm pool's desired state, per tenant and name.
@@ -249,9 +259,34 @@ func (s *Store) SetPoolMemberReady(ctx context.Context, id string, at time.Time)
 // member, and a member is never claimed twice. None ready wraps
 // errdefs.ErrNotFound (the caller creates cold).
 func (s *Store) ClaimPoolMember(ctx context.Context, tenant, name string, at time.Time) (PoolMember, error) {
-	var m PoolMember
+	m, _, err := s.ClaimPoolMemberKeyed(ctx, tenant, name, at, nil)
+	return m, err
+}
+
+// ClaimPoolMemberKeyed is ClaimPoolMember that, with idem set, also binds
+// the idempotency key to the claimed member in the same transaction. If
+// the key is taken already it claims nothing and returns the existing
+// binding with an error wrapping errdefs.ErrAlreadyExists (as
+// CreateSandbox does).
+func (s *Store) ClaimPoolMemberKeyed(ctx context.Context, tenant, name string, at time.Time, idem *Idempotency) (PoolMember, *IdempotencyRecord, error) {
+	var (
+		m        PoolMember
+		existing *IdempotencyRecord
+	)
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var err error
+		if idem != nil {
+			var rec IdempotencyRecord
+			err := tx.QueryRowContext(ctx, `SELECT sandbox_id, request_hash FROM idempotency_keys WHERE tenant = ? AND key = ?`,
+				tenant, idem.Key).Scan(&rec.SandboxID, &rec.RequestHash)
+			if err == nil {
+				existing = &rec
+				return fmt.Errorf("%w: idempotency key", errdefs.ErrAlreadyExists)
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("idempotency key: %w", err)
+			}
+		}
 		m, err = scanMember(tx.QueryRowContext(ctx, `SELECT `+memberCols+` FROM pool_members m WHERE m.tenant = ? AND m.pool = ?
 			AND m.state = ? AND EXISTS (SELECT 1 FROM sandboxes s WHERE s.id = m.sandbox_id AND s.tenant = m.tenant AND s.state = 'running')
 			ORDER BY m.ready_at, m.sandbox_id LIMIT 1`, tenant, name, MemberReady))
@@ -265,10 +300,46 @@ func (s *Store) ClaimPoolMember(ctx context.Context, tenant, name string, at tim
 			MemberClaimed, ts(at), m.SandboxID); err != nil {
 			return fmt.Errorf("claiming pool member: %w", err)
 		}
+		if idem != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO idempotency_keys(tenant, key, request_hash, sandbox_id, created_at)
+				VALUES (?, ?, ?, ?, ?)`, tenant, idem.Key, idem.RequestHash, m.SandboxID, ts(at)); err != nil {
+				return fmt.Errorf("idempotency key: %w", err)
+			}
+		}
 		m.State, m.ClaimedAt = MemberClaimed, &at
 		return nil
 	})
-	return m, err
+	return m, existing, err
+}
+
+// SetPoolMemberState moves member id to state to if it is in one of the
+// states from, and reports whether it did: the one way to take a member
+// from the pool (draining it, say) that cannot race a claim.
+func (s *Store) SetPoolMemberState(ctx context.Context, id, to string, from ...string) (bool, error) {
+	if len(from) == 0 {
+		return false, errdefs.Wrap(errdefs.ErrInvalidArgument, "no state to move member %s from", id)
+	}
+	args := []any{to, id}
+	q := `UPDATE pool_members SET state = ? WHERE sandbox_id = ? AND state IN (?` + strings.Repeat(",?", len(from)-1) + `)`
+	for _, f := range from {
+		args = append(args, f)
+	}
+	res, err := s.w.ExecContext(ctx, q, args...)
+	if err != nil {
+		return false, fmt.Errorf("updating pool member: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
+}
+
+// ForgetGonePoolMembers drops the rows of gone members whose sandbox
+// record was purged.
+func (s *Store) ForgetGonePoolMembers(ctx context.Context) error {
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM pool_members WHERE state = ? AND NOT EXISTS (
+		SELECT 1 FROM sandboxes s WHERE s.id = pool_members.sandbox_id)`, MemberGone); err != nil {
+		return fmt.Errorf("forgetting pool members: %w", err)
+	}
+	return nil
 }
 
 // GetPoolMember returns the member row of sandbox id (errdefs.ErrNotFound
@@ -316,13 +387,14 @@ func (s *Store) PoolCounts(ctx context.Context, tenant, name string) (PoolCounts
 }
 
 // StrayPoolMembers returns the unclaimed members to destroy and forget:
-// those whose pool is gone, and those whose sandbox is no longer live or
-// was never recorded. A member being started has no sandbox record for a
-// moment, so call it when no member is being started (at daemon start,
-// or under the refill's own lock).
+// those being drained, those whose pool is gone, and those whose sandbox
+// is no longer live or was never recorded. A member being started has no
+// sandbox record for a moment, so call it when no member is being started
+// (at daemon start, or under the refill's own lock). Gone members are not
+// stray: there is nothing left of them to destroy.
 func (s *Store) StrayPoolMembers(ctx context.Context) ([]PoolMember, error) {
-	return s.queryMembers(ctx, `SELECT `+memberCols+` FROM pool_members m WHERE m.state != ? AND (
-		NOT EXISTS (SELECT 1 FROM pools p WHERE p.tenant = m.tenant AND p.name = m.pool)
+	return s.queryMembers(ctx, `SELECT `+memberCols+` FROM pool_members m WHERE m.state NOT IN (?, ?) AND (m.state = ?
+		OR NOT EXISTS (SELECT 1 FROM pools p WHERE p.tenant = m.tenant AND p.name = m.pool)
 		OR NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.id = m.sandbox_id AND s.state IN (`+liveSandboxStates+`)))
-		ORDER BY m.created_at, m.sandbox_id`, MemberClaimed)
+		ORDER BY m.created_at, m.sandbox_id`, MemberClaimed, MemberGone, MemberDraining)
 }

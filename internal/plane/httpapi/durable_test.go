@@ -16,7 +16,6 @@ func TestDurableFieldsRefusedUntilServed(t *testing.T) {
 	h := newHarness(t)
 	for name, req := range map[string]api.CreateSandboxRequest{
 		"snapshot": {Snapshot: "snap_aaaaaaaaaaaaaaaaaaaaaaaa"},
-		"pool":     {Pool: "warm"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h.expect(h.req("POST", "/v1/sandboxes", h.key("t1"), req), http.StatusBadRequest, api.CodeCapabilityUnsupported)
