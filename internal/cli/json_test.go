@@ -45,6 +45,13 @@ func jsonCases(t *testing.T) map[string]jsonCase {
 		"airlock cp":                    {args: []string{local, "sbx_1:/tmp/x.txt"}},
 		"airlock doctor":                {args: []string{"--no-server"}},
 		"airlock exec":                  {args: []string{"sbx_1", "--", "echo", "hi"}},
+		"airlock fork":                  {args: []string{"sbx_1"}, fails: true}, // the fake API has no snapshots
+		"airlock reset":                 {args: []string{"sbx_1"}, fails: true},
+		"airlock snapshot":              {},
+		"airlock snapshot create":       {args: []string{"sbx_1"}, fails: true},
+		"airlock snapshot info":         {args: []string{"snap_1"}, fails: true},
+		"airlock snapshot ls":           {fails: true},
+		"airlock snapshot rm":           {args: []string{"snap_1"}, fails: true},
 		"airlock help":                  {args: []string{"sandbox", "create"}},
 		"airlock keys":                  {},
 		"airlock keys create":           {args: []string{"--tenant", "acme"}},

@@ -13,10 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/service/templates"
+
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/template"
 )
 
 // E2B's templates API (the JS and Python SDKs' Template() builder) over
@@ -231,7 +232,7 @@ func (t *templateAPI) requestBuild(w http.ResponseWriter, r *http.Request, p aut
 	if err != nil {
 		return err
 	}
-	if template.IsShipped(name) {
+	if templates.IsShipped(name) {
 		return errf(errdefs.ErrInvalidArgument, "template name %q is taken by a shipped template; choose another", name)
 	}
 	if err := checkTags(body.Tags); err != nil {

@@ -320,3 +320,7 @@ func (s *Service) CollectLayers() {
 		s.bld.Kick()
 	}
 }
+
+// IsShipped reports whether name is one of the templates airlock ships
+// (base, python, …): no tenant builds a template of its own under it.
+func IsShipped(name string) bool { return template.IsShipped(name) }
