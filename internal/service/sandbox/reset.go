@@ -153,8 +153,14 @@ func (m *Service) Reset(ctx context.Context, p auth.Principal, id string, req ap
 	cctx, cancel := cleanupCtx(ctx)
 	defer cancel()
 	m.meter.Sample(cctx, sb)
+	// Starting until its agent answers again, as a create: the liveness
+	// sweep and crash checks leave a starting sandbox alone (its driver
+	// sandbox is gone for a moment), and requests to it wait or are
+	// refused (409) instead of reaching a half-made sandbox.
+	nrec := rec
+	nrec.State = api.StateStarting
 	nb := &Live{
-		id: sb.id, tenant: sb.tenant, drv: sb.drv, m: m, rec: rec, ready: make(chan struct{}),
+		id: sb.id, tenant: sb.tenant, drv: sb.drv, m: m, rec: nrec, ready: make(chan struct{}),
 		secrets: maps.Clone(sb.secrets), env: maps.Clone(sb.env), red: sb.red, gone: make(chan struct{}),
 		tmplUser: sb.tmplUser, tmplWorkdir: sb.tmplWorkdir,
 	}
@@ -176,6 +182,12 @@ func (m *Service) Reset(ctx context.Context, p auth.Principal, id string, req ap
 	release = nil
 	if err != nil {
 		m.log.Warn("sandbox reset failed", "sandbox_id", sb.id, "err", err)
+		if nb.state() == api.StateStarting {
+			// Ended as a crash (state error, cleaned), which starts from running.
+			if serr := nb.setState(cctx, api.StateRunning, nil); serr != nil {
+				m.log.Error("recording failed reset", "sandbox_id", sb.id, "err", serr)
+			}
+		}
 		nb.opMu.Unlock()
 		m.crashed(cctx, nb, "the sandbox could not be started again after a reset")
 		nb.opMu.Lock()
@@ -229,13 +241,9 @@ func (m *Service) resetDriver(ctx context.Context, nb *Live, dspec driver.Spec, 
 	if err != nil {
 		return err
 	}
-	err = nb.setState(ctx, api.StateRunning, func(r *store.Sandbox) {
-		r.Handle, r.SnapshotID, r.DesiredState = hj, snapID, api.StateRunning
-		if paused {
-			m.unpause(r)
-		}
-	})
-	if err != nil {
+	// The new handle is stored before the runtime starts (a restarted
+	// daemon finds what runs), with state starting.
+	if err := nb.update(ctx, func(r *store.Sandbox) { r.Handle = hj }); err != nil {
 		return err
 	}
 	if restoreDir != "" {
@@ -249,5 +257,13 @@ func (m *Service) resetDriver(ctx context.Context, nb *Live, dspec driver.Spec, 
 	} else if err := nb.drv.Start(ctx, nb.id); err != nil {
 		return fmt.Errorf("driver start: %w", err)
 	}
-	return m.agentReady(ctx, nb)
+	if err := m.agentReady(ctx, nb); err != nil {
+		return err
+	}
+	return nb.setState(ctx, api.StateRunning, func(r *store.Sandbox) {
+		r.SnapshotID, r.DesiredState = snapID, api.StateRunning
+		if paused {
+			m.unpause(r)
+		}
+	})
 }
