@@ -132,3 +132,32 @@ func TestE2EPools(t *testing.T) {
 		}
 	})
 }
+
+// TestE2EPoolsGVisor: on gVisor, whose sandboxes see only the interfaces
+// they had at start, a member starts wired with every egress denied and
+// the claim opens what the request asks.
+func TestE2EPoolsGVisor(t *testing.T) {
+	w := newWorld(t)
+	e := newE2E(t, e2eWorld(w))
+	h := e.h
+	h.putPool("acme", "gv", api.PutPoolRequest{Template: "base", Runtime: "gvisor", Size: 1})
+	h.waitPoolReady(t, "acme", "gv", 1)
+	sb := h.create("acme", api.CreateSandboxRequest{Runtime: "gvisor", Env: map[string]string{"GREETING": "hello"},
+		Network: &api.Network{Mode: "allowlist", Allow: []string{"allowed.test"}}})
+	if sb.Pool != "gv" || sb.Runtime != "gvisor" || sb.Network.Mode != "allowlist" {
+		t.Fatalf("claimed %+v", sb)
+	}
+	if out := strp(h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`echo $GREETING`)}).Stdout); out != "hello\n" {
+		t.Fatalf("env: %q", out)
+	}
+	res := h.exec("acme", sb.ID, api.ExecRequest{Cmd: fetch("http://allowed.test/")})
+	if !strings.HasPrefix(strp(res.Stdout), "OK web-a") {
+		t.Fatalf("fetch allowed.test: %q %q", strp(res.Stdout), strp(res.Stderr))
+	}
+	res = h.exec("acme", sb.ID, api.ExecRequest{Cmd: fetch("http://denied.test/")})
+	if !strings.HasPrefix(strp(res.Stdout), "FAIL") {
+		t.Fatalf("fetch denied.test: %q", strp(res.Stdout))
+	}
+	h.expect(h.req("DELETE", "/v1/sandboxes/"+sb.ID, h.key("acme"), nil), http.StatusNoContent, "")
+	h.expect(h.req("DELETE", "/v1/pools/gv", h.key("acme"), nil), http.StatusNoContent, "")
+}
