@@ -188,7 +188,10 @@ func TestE2ERuncPauseToDiskRunsStartCommandAgain(t *testing.T) {
 	h := e.h
 	c := e.env.Client(h.key("acme"))
 	ctx := context.Background()
-	start, ready := `echo start >> /home/user/starts; touch /tmp/up; exec sleep 1000`, `test -e /tmp/up`
+	// The ready marker is on a memory file system (/dev/shm), new at every
+	// start: a marker on disk would pass the ready check of the resume
+	// before the start command ran again.
+	start, ready := `echo start >> /home/user/starts; touch /dev/shm/up; exec sleep 1000`, `test -e /dev/shm/up`
 	st, err := c.BuildTemplate(ctx, api.TemplateBuildRequest{Name: "svc", Dockerfile: "FROM base\n", StartCmd: &start, ReadyCmd: &ready}, client.BuildUploads{})
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +202,7 @@ func TestE2ERuncPauseToDiskRunsStartCommandAgain(t *testing.T) {
 	sb := h.create("acme", api.CreateSandboxRequest{Template: "svc"})
 	h.pauseDisk("acme", sb.ID)
 	h.expect(h.req("POST", "/v1/sandboxes/"+sb.ID+"/resume", h.key("acme"), nil), http.StatusOK, "")
-	res := h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`cat /home/user/starts; test -e /tmp/up && echo up`)})
+	res := h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`cat /home/user/starts; test -e /dev/shm/up && echo up`)})
 	if got := strp(res.Stdout); got != "start\nstart\nup\n" {
 		t.Fatalf("after resume: %q (stderr %q)", got, strp(res.Stderr))
 	}
