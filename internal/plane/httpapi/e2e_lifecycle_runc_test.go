@@ -3,8 +3,8 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	osexec "os/exec"
