@@ -1,8 +1,10 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	osexec "os/exec"
@@ -13,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/reaper"
 )
 
@@ -174,5 +177,50 @@ func TestE2ERuncPauseToDiskRestartsTheTemplate(t *testing.T) {
 	evs := c.code(t, api.CodeRequest{Code: "print(open('/home/user/cell.txt').read()); print('x' in dir())"})
 	if got := evStdout(evs); got != "from a cell\nFalse\n" {
 		t.Fatalf("cell after resume: %q (%+v)", got, evs)
+	}
+}
+
+// TestE2ERuncPauseToDiskRunsStartCommandAgain: the resume from disk of a
+// sandbox whose template has a start command runs it again (and waits for
+// its ready check) before it answers.
+func TestE2ERuncPauseToDiskRunsStartCommandAgain(t *testing.T) {
+	e := newE2E(t)
+	h := e.h
+	c := e.env.Client(h.key("acme"))
+	ctx := context.Background()
+	// The ready marker is on a memory file system (/dev/shm), new at every
+	// start: a marker on disk would pass the ready check of the resume
+	// before the start command ran again.
+	start, ready := `echo start >> /home/user/starts; touch /dev/shm/up; exec sleep 1000`, `test -e /dev/shm/up`
+	st, err := c.BuildTemplate(ctx, api.TemplateBuildRequest{Name: "svc", Dockerfile: "FROM base\n", StartCmd: &start, ReadyCmd: &ready}, client.BuildUploads{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := c.FollowTemplateBuild(ctx, st.BuildID, io.Discard); err != nil || b.Status != api.BuildReady {
+		t.Fatalf("build: %+v %v", b, err)
+	}
+	sb := h.create("acme", api.CreateSandboxRequest{Template: "svc"})
+	h.pauseDisk("acme", sb.ID)
+	h.expect(h.req("POST", "/v1/sandboxes/"+sb.ID+"/resume", h.key("acme"), nil), http.StatusOK, "")
+	res := h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`cat /home/user/starts; test -e /dev/shm/up && echo up`)})
+	if got := strp(res.Stdout); got != "start\nstart\nup\n" {
+		t.Fatalf("after resume: %q (stderr %q)", got, strp(res.Stderr))
+	}
+	var l api.ExecList
+	h.req("GET", "/v1/sandboxes/"+sb.ID+"/execs?status=running", h.key("acme"), nil).json(t, &l)
+	running := 0
+	for _, x := range l.Execs {
+		if x.Status == api.ExecRunning {
+			running++
+		}
+	}
+	if running != 1 {
+		t.Fatalf("%d running execs after the resume, want the start command's one: %+v", running, l.Execs)
+	}
+	// The start command, which always runs, does not keep it awake: an
+	// idle timeout pauses it (memory kept).
+	h.expect(h.req("PATCH", "/v1/sandboxes/"+sb.ID, h.key("acme"), api.PatchSandboxRequest{Lifecycle: &api.Lifecycle{IdleTimeoutS: i64(2)}}), http.StatusOK, "")
+	if got := e.waitState("acme", sb.ID, api.StatePaused); got.PauseMemory != api.PauseMemoryKeep {
+		t.Fatalf("idle pause: %+v", got)
 	}
 }
