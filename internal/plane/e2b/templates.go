@@ -4,9 +4,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 	"net/http"
 	"os"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -56,11 +56,11 @@ const (
 
 var (
 	// e2bNameRE is airlock's template name (build.nameRE).
-	e2bNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	e2bNameRE = lazyregexp.New(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 	// e2bTagRE is a tag of a template version.
-	e2bTagRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	e2bTagRE = lazyregexp.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 	// filesHashRE is the files hash of a COPY step (the SDKs' sha256 hex).
-	filesHashRE = regexp.MustCompile(`^[A-Za-z0-9]{1,128}$`)
+	filesHashRE = lazyregexp.New(`^[A-Za-z0-9]{1,128}$`)
 )
 
 // templateAPI is the state of the templates API.

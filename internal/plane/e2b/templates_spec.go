@@ -4,10 +4,10 @@ import (
 	"archive/tar"
 	"encoding/json"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/lazyregexp"
 	"io"
 	"os"
 	"path"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,10 +47,10 @@ const (
 )
 
 var (
-	userNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}$`)
-	ownerRE    = regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}(:[a-z_][a-z0-9_.-]{0,31})?$`)
-	envKeyRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	modeRE     = regexp.MustCompile(`^[0-7]{3,4}$`)
+	userNameRE = lazyregexp.New(`^[a-z_][a-z0-9_.-]{0,31}$`)
+	ownerRE    = lazyregexp.New(`^[a-z_][a-z0-9_.-]{0,31}(:[a-z_][a-z0-9_.-]{0,31})?$`)
+	envKeyRE   = lazyregexp.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	modeRE     = lazyregexp.New(`^[0-7]{3,4}$`)
 )
 
 // translated is a build's spec and the uploads its context holds.
@@ -220,7 +220,7 @@ func translate(from string, parent api.Template, body buildStart, files map[stri
 }
 
 // errLineRE finds the spec line a build error names.
-var errLineRE = regexp.MustCompile(`(?:^line |\(line )(\d+)[:)]`)
+var errLineRE = lazyregexp.New(`(?:^line |\(line )(\d+)[:)]`)
 
 // failedStep is the SDK's step a build error names, or "".
 func failedStep(msg string, steps []string) string {
