@@ -213,7 +213,9 @@ func serveDroppable(ctx context.Context, ln net.Listener, addr string, srv *agen
 				// fails ends the sandbox: refuse while one is open.
 				if n := connectedTCP(); n > 0 {
 					log.Warn("not closing the agent socket for a checkpoint: TCP connections are open", "connections", n)
-					refuseDrop(addr)
+					if err := refuseDrop(addr); err != nil {
+						log.Warn("answering the checkpoint's signal", "err", err)
+					}
 					continue
 				}
 				dropped = true
@@ -233,37 +235,57 @@ func serveDroppable(ctx context.Context, ln net.Listener, addr string, srv *agen
 			log.Warn("removing the agent socket", "err", err)
 		}
 		log.Info("agent closed its socket")
+		// Told to listen again by sigListen or by the daemon's file
+		// beside the socket (listenAgainName), which the restored agent
+		// sees without the daemon's signal: a restore is one runtime
+		// call the fewer.
+		again := filepath.Join(filepath.Dir(strings.TrimPrefix(addr, "unix:")), listenAgainName)
+		poll := time.NewTicker(2 * time.Millisecond)
 		ln = nil
 		for ln == nil {
 			select {
 			case <-ctx.Done():
+				poll.Stop()
 				return
+			case <-poll.C:
+				if _, err := os.Lstat(again); err != nil {
+					continue
+				}
 			case s := <-sig:
 				if s != sigListen {
 					continue
 				}
-				l, err := listenUnix(addr)
-				if err != nil {
-					log.Error("listening again", "err", err)
-					continue
-				}
-				ln = l
-				log.Info("agent listening again", "addr", l.Addr().String())
 			}
+			os.Remove(again)
+			l, err := listenUnix(addr)
+			if err != nil {
+				log.Error("listening again", "err", err)
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			ln = l
+			log.Info("agent listening again", "addr", l.Addr().String())
 		}
+		poll.Stop()
 	}
 }
+
+// listenAgainName is the file the daemon makes beside the agent's socket
+// to have an agent that closed it listen again.
+const listenAgainName = "listen-again"
 
 // dropRefusedName is the file the agent makes beside its socket when it
 // refuses a sigDrop; the daemon removes it.
 const dropRefusedName = "checkpoint-refused"
 
 // refuseDrop tells the sender of a sigDrop that the agent keeps its socket.
-func refuseDrop(addr string) {
+func refuseDrop(addr string) error {
 	p := filepath.Join(filepath.Dir(strings.TrimPrefix(addr, "unix:")), dropRefusedName)
-	if f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
-		f.Close()
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
 	}
+	return f.Close()
 }
 
 // connectedTCP counts the sandbox's TCP sockets in a connected state

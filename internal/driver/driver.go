@@ -271,6 +271,11 @@ type Checkpointer interface {
 	// into dir, a new empty host directory of the caller's. Without
 	// opts.LeaveRunning it leaves the sandbox stopped with its storage
 	// kept (its writable layer is the checkpoint's disk): a pause to disk.
+	// Connections to the agent end (close them first; dial anew after).
+	// A sandbox the runtime cannot checkpoint now is refused with an error
+	// wrapping errdefs.ErrInvalidState and runs on (gVisor: a TCP
+	// connection open); any other error may leave it stopped, storage
+	// kept (Inspect says which).
 	Checkpoint(ctx context.Context, id, dir string, opts CheckpointOptions) error
 	// Restore runs sandbox id from the checkpoint in dir, in place of
 	// Start: its processes resume where Checkpoint left them. id is either

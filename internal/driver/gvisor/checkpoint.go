@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
@@ -129,18 +131,17 @@ func (d *Driver) Restore(ctx context.Context, id, dir string) error {
 	if err := checkImageDir(dir, true); err != nil {
 		return err
 	}
+	// The restored agent holds no socket (it closed it for the
+	// checkpoint): StartFromImage makes the socket dir ready for it, as
+	// for any start, and this file has it listen again at once.
+	if err := d.listenAgain(id); err != nil {
+		return fmt.Errorf("restoring sandbox %s: %w", id, err)
+	}
 	t0 := time.Now()
 	if err := d.StartFromImage(ctx, id, dir); err != nil {
 		return fmt.Errorf("restoring sandbox %s: %w", id, err)
 	}
-	t1 := time.Now()
-	// The restored agent holds no socket (it closed it for the
-	// checkpoint): StartFromImage made the socket dir ready for it, as for
-	// any start, and it listens again on this signal.
-	if err := d.CLI().Kill(ctx, id, sigListen, false); err != nil {
-		return fmt.Errorf("restoring sandbox %s: telling its agent to listen: %w", id, err)
-	}
-	d.Logger().Debug("sandbox restored", "sandbox_id", id, "restore_us", t1.Sub(t0).Microseconds(), "signal_us", time.Since(t1).Microseconds())
+	d.Logger().Debug("sandbox restored", "sandbox_id", id, "restore_us", time.Since(t0).Microseconds())
 	return nil
 }
 
@@ -168,11 +169,14 @@ func (d *Driver) dropAgentSocket(ctx context.Context, id string) error {
 	if err := d.OpenAgentSocketDir(id); err != nil {
 		return err
 	}
+	// Answers of an earlier round go first: the agent may answer before
+	// the signal's runsc call returns.
+	refused := filepath.Join(d.Dir(id), "uds", dropRefusedName)
+	os.Remove(refused)
+	os.Remove(filepath.Join(d.Dir(id), "uds", listenAgainName))
 	if err := d.CLI().Kill(ctx, id, sigDrop, false); err != nil {
 		return fmt.Errorf("asking the agent to close its socket: %w", err)
 	}
-	refused := filepath.Join(d.Dir(id), "uds", dropRefusedName)
-	os.Remove(refused)
 	wctx, cancel := context.WithTimeout(ctx, dropWait)
 	defer cancel()
 	wait := time.Millisecond
@@ -204,7 +208,25 @@ func (d *Driver) dropAgentSocket(ctx context.Context, id string) error {
 // checkpoint listen again, if it closed its socket (it makes it anew in
 // the dir dropAgentSocket opened); an agent that still listens ignores it.
 func (d *Driver) relisten(ctx context.Context, id string) error {
+	if err := d.listenAgain(id); err != nil {
+		return err
+	}
 	return d.CLI().Kill(ctx, id, sigListen, false)
+}
+
+// listenAgainName is the file beside the agent's socket that has an agent
+// which closed its socket listen again (cmd/airlock-agent): it looks for
+// it every 2 ms, the restored agent too, which saves a signal (a runsc
+// call) per restore.
+const listenAgainName = "listen-again"
+
+// listenAgain makes the listen-again file of sandbox id.
+func (d *Driver) listenAgain(id string) error {
+	f, err := os.OpenFile(filepath.Join(d.Dir(id), "uds", listenAgainName), os.O_CREATE|os.O_WRONLY|unix.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return fmt.Errorf("telling the agent to listen again: %w", err)
+	}
+	return f.Close()
 }
 
 // checkImageDir checks that dir is an absolute path to a directory (not a

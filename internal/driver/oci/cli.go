@@ -68,7 +68,6 @@ func (r *CLI) exec(ctx context.Context, id string, args ...string) ([]byte, erro
 		run = func() error { return r.control(cmd, id) }
 	}
 	if err := run(); err != nil {
-		os.WriteFile("/tmp/gvckpt/stderr-"+args[0], stderr.Bytes(), 0o600) // DEBUG
 		return stdout.Bytes(), runcError(args[0], stderr.Bytes(), err)
 	}
 	return stdout.Bytes(), nil
