@@ -259,6 +259,20 @@ func TestOnTimeoutPause(t *testing.T) {
 	}
 }
 
+// TestAutoPauseIsOnTimeoutPause: auto_pause (the E2B SDKs' name) is
+// on_timeout pause; with on_timeout kill it is a contradiction.
+func TestAutoPauseIsOnTimeoutPause(t *testing.T) {
+	h := newHarness(t)
+	sb := h.create("acme", api.CreateSandboxRequest{TimeoutS: i64(60), AutoPause: true})
+	if sb.Lifecycle == nil || sb.Lifecycle.OnTimeout != api.OnTimeoutPause {
+		t.Fatalf("lifecycle of an auto_pause create: %+v", sb.Lifecycle)
+	}
+	h.clock.Advance(61 * time.Second)
+	eventually(t, "timeout pause", func() bool { return h.state("acme", sb.ID).State == api.StatePaused })
+	h.expect(h.req("POST", "/v1/sandboxes", h.key("acme"), api.CreateSandboxRequest{AutoPause: true, Lifecycle: &api.Lifecycle{OnTimeout: api.OnTimeoutKill}}),
+		http.StatusBadRequest, api.CodeInvalidArgument)
+}
+
 // TestPatchSandbox: lifecycle changes field by field, metadata as a whole;
 // bad values are 400, another tenant's sandbox 404.
 func TestPatchSandbox(t *testing.T) {

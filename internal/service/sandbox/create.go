@@ -132,7 +132,7 @@ func (m *Service) Create(ctx context.Context, p auth.Principal, req api.CreateSa
 	if snap != nil {
 		rec.SnapshotID = snap.ID
 	}
-	applyLifecycle(&rec, req.Lifecycle)
+	applyLifecycle(&rec, normalizeLifecycle(req))
 	sb := &Live{
 		id: id, tenant: p.Tenant, drv: drv, m: m, rec: rec, ready: make(chan struct{}),
 		secrets: envSecrets(sp, req.Secrets), env: sp.Env, red: redact.New(req.Secrets),

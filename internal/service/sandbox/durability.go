@@ -17,7 +17,7 @@ func durabilityOf(d driver.Driver) *api.Durability {
 	_, pz := d.(driver.Pauser)
 	_, lc := d.(driver.LayerCapturer)
 	_, ck := d.(driver.Checkpointer)
-	out := &api.Durability{PauseKeep: c.Pause, Reset: true}
+	out := &api.Durability{PauseKeep: c.Pause, PauseDisk: PauseDiskKeeps(d), Reset: true}
 	if c.Pause && pz && c.LayerCapture && lc {
 		out.SnapshotFilesystem = true
 		out.Fork = api.KeepsFilesystem

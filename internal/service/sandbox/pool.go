@@ -454,7 +454,7 @@ func (m *Service) applyClaim(ctx context.Context, sb *Live, req api.CreateSandbo
 		r.ExpiresAt = now.Add(time.Duration(sp.TimeoutS) * time.Second)
 		r.ReadyMS = m.now().Sub(start).Milliseconds()
 		r.LastActiveAt = now
-		applyLifecycle(r, req.Lifecycle)
+		applyLifecycle(r, normalizeLifecycle(req))
 	})
 	if err != nil {
 		return err

@@ -43,6 +43,20 @@ func checkLifecycleRuntime(l store.Lifecycle, d driver.Driver) error {
 	return nil
 }
 
+// normalizeLifecycle is a create's lifecycle rules with auto_pause (the
+// E2B SDKs' name of on_timeout pause) folded in.
+func normalizeLifecycle(req api.CreateSandboxRequest) *api.Lifecycle {
+	if !req.AutoPause {
+		return req.Lifecycle
+	}
+	l := api.Lifecycle{}
+	if req.Lifecycle != nil {
+		l = *req.Lifecycle
+	}
+	l.OnTimeout = api.OnTimeoutPause
+	return &l
+}
+
 // applyLifecycle records a create's lifecycle rules in its record.
 func applyLifecycle(rec *store.Sandbox, l *api.Lifecycle) {
 	rec.Lifecycle = mergeLifecycle(storeLifecycle(rec.Lifecycle), l)

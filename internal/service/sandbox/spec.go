@@ -200,8 +200,10 @@ func (m *Service) validateCreate(req api.CreateSandboxRequest) (Spec, driver.Dri
 	if len(req.Volumes) > 0 {
 		return sp, nil, public(errInvalid, "volumes are not supported yet")
 	}
-	if req.AutoPause {
-		return sp, nil, public(errInvalid, "auto_pause is not supported yet")
+	// auto_pause is on_timeout pause under the E2B SDKs' name (its
+	// lifecycle is applied by the create: normalizeLifecycle).
+	if req.AutoPause && req.Lifecycle != nil && req.Lifecycle.OnTimeout == api.OnTimeoutKill {
+		return sp, nil, public(errInvalid, "auto_pause contradicts lifecycle.on_timeout kill")
 	}
 	if _, _, err := parseTemplateRef(sp.Template); err != nil {
 		return sp, nil, err
