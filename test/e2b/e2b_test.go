@@ -104,6 +104,10 @@ func TestSDK(t *testing.T) {
 		{name: "filesWatch"},
 		{name: "setTimeout"},
 		{name: "pauseResume"},
+		{name: "snapshots"},
+		{name: "fork"},
+		{name: "autoPause"},
+		{name: "signedURLsAndMetadata"},
 		{name: "ports"},
 		{name: "runCode"},
 	}

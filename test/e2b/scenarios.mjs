@@ -235,6 +235,94 @@ const scenarios = {
     })
   },
 
+  // Snapshots: create, list (all and the sandbox's), a sandbox from one
+  // with the files, two copies that do not share writes, delete.
+  async snapshots() {
+    await withSandbox(async (sbx) => {
+      await sbx.files.write('/home/user/snap.txt', 'before')
+      const snap = await sbx.createSnapshot({ name: 'e2b-scenario' })
+      assert.ok(snap.snapshotId.startsWith('snap_'), snap.snapshotId)
+      assert.ok(snap.names.includes('e2b-scenario'), JSON.stringify(snap.names))
+      await sbx.files.write('/home/user/snap.txt', 'after')
+      const all = await Sandbox.listSnapshots().nextItems()
+      assert.ok(all.some((s) => s.snapshotId === snap.snapshotId))
+      const mine = await sbx.listSnapshots().nextItems()
+      assert.ok(mine.some((s) => s.snapshotId === snap.snapshotId))
+      const named = await Sandbox.listSnapshots({ name: 'e2b-scenario-nope' }).nextItems()
+      assert.equal(named.length, 0)
+      const a = await Sandbox.create(snap.snapshotId)
+      const b = await Sandbox.create(snap.snapshotId)
+      try {
+        assert.equal(await a.files.read('/home/user/snap.txt'), 'before')
+        await a.files.write('/home/user/snap.txt', 'changed in a')
+        assert.equal(await b.files.read('/home/user/snap.txt'), 'before')
+      } finally {
+        await a.kill()
+        await b.kill()
+      }
+      await Sandbox.deleteSnapshot(snap.snapshotId)
+      const gone = await Sandbox.listSnapshots().nextItems()
+      assert.ok(!gone.some((s) => s.snapshotId === snap.snapshotId))
+    })
+  },
+
+  // Fork: copies with the parent's files, the parent untouched.
+  async fork() {
+    await withSandbox(async (sbx) => {
+      await sbx.files.write('/home/user/fork.txt', 'parent')
+      const copies = await Sandbox.fork(sbx.sandboxId, { count: 2 })
+      assert.equal(copies.length, 2)
+      for (const copy of copies) {
+        assert.ok(!(copy instanceof Error), String(copy))
+        assert.notEqual(copy.sandboxId, sbx.sandboxId)
+        try {
+          assert.equal(await copy.files.read('/home/user/fork.txt'), 'parent')
+          await copy.files.write('/home/user/fork.txt', 'child')
+        } finally {
+          await copy.kill()
+        }
+      }
+      assert.equal(await sbx.files.read('/home/user/fork.txt'), 'parent')
+    })
+  },
+
+  // lifecycle onTimeout pause: the timeout pauses, connect resumes, the
+  // files stay; getInfo shows the rules.
+  async autoPause() {
+    const sbx = await Sandbox.create({ timeoutMs: 3_000, lifecycle: { onTimeout: 'pause', autoResume: false } })
+    try {
+      await sbx.files.write('/home/user/auto.txt', 'kept')
+      const info = await sbx.getInfo()
+      assert.equal(info.lifecycle?.onTimeout, 'pause', JSON.stringify(info.lifecycle))
+      await waitFor('the timeout pause', async () => (await sbx.getInfo()).state === 'paused')
+      await sbx.connect()
+      assert.equal((await sbx.getInfo()).state, 'running')
+      assert.equal(await sbx.files.read('/home/user/auto.txt'), 'kept')
+    } finally {
+      await sbx.kill().catch(() => {})
+    }
+  },
+
+  // Signed download and upload URLs (no routing header), file metadata.
+  async signedURLsAndMetadata() {
+    await withSandbox(async (sbx) => {
+      const info = await sbx.files.write('/home/user/m.txt', 'hello', { metadata: { author: 'scenario' } })
+      assert.deepEqual(info.metadata, { author: 'scenario' })
+      assert.deepEqual((await sbx.files.getInfo('/home/user/m.txt')).metadata, { author: 'scenario' })
+      const down = await sbx.downloadUrl('/home/user/m.txt', { useSignatureExpiration: 10_000 })
+      const res = await fetch(down)
+      assert.equal(res.status, 200)
+      assert.equal(await res.text(), 'hello')
+      const expired = await fetch(await sbx.downloadUrl('/home/user/m.txt', { useSignatureExpiration: -10_000 }))
+      assert.equal(expired.status, 401)
+      const form = new FormData()
+      form.append('file', 'uploaded')
+      const up = await fetch(await sbx.uploadUrl('/home/user/up.txt', { useSignatureExpiration: 10_000 }), { method: 'POST', body: form })
+      assert.equal(up.status, 200)
+      assert.equal(await sbx.files.read('/home/user/up.txt'), 'uploaded')
+    })
+  },
+
   // Traffic to a port in the sandbox, routed by header like envd's (the
   // SDK's getHost(port) builds a hostname instead, so this uses fetch).
   async ports() {

@@ -39,6 +39,8 @@ type newSandboxRequest struct {
 	Metadata            map[string]string `json:"metadata,omitempty"`
 	EnvVars             map[string]string `json:"envVars,omitempty"`
 	AutoPause           bool              `json:"autoPause,omitempty"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory,omitempty"`
+	AutoResume          *autoResumeConfig `json:"autoResume,omitempty"`
 	AllowInternetAccess *bool             `json:"allow_internet_access,omitempty"`
 	Network             *networkConfig    `json:"network,omitempty"`
 }
@@ -71,6 +73,7 @@ type sandboxDetail struct {
 	EnvdVersion     string            `json:"envdVersion"`
 	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
 	Domain          *string           `json:"domain"`
+	Lifecycle       *lifecycleView    `json:"lifecycle,omitempty"`
 }
 
 // sandboxMetric is E2B's SandboxMetric.
@@ -121,6 +124,7 @@ func (h *Handler) controlMux() http.Handler {
 	mux.Handle("POST /v2/sandboxes/{id}/connect", a(h.connect))
 	mux.Handle("GET /sandboxes/{id}/metrics", a(h.metrics))
 	mux.Handle("PUT /sandboxes/{id}/network", a(h.updateNetwork))
+	h.registerDurable(mux, a)
 	h.registerTemplates(mux, a)
 	mux.Handle("/", a(func(w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
 		return errf(errdefs.ErrNotFound, "airlock does not serve %s %s of the e2b api", r.Method, r.URL.Path)
@@ -154,6 +158,7 @@ func (h *Handler) detailOf(sb api.Sandbox, withToken bool) sandboxDetail {
 	if withToken {
 		d.EnvdAccessToken = h.AccessToken(sb.ID)
 	}
+	d.Lifecycle = lifecycleViewOf(sb)
 	return d
 }
 
@@ -165,13 +170,24 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, p auth.Principa
 	if body.TemplateID == "" {
 		return errf(errdefs.ErrInvalidArgument, "templateID is required")
 	}
-	tmpl, err := h.sandboxTemplate(p, body.TemplateID)
+	req := api.CreateSandboxRequest{
+		Env: body.EnvVars, Metadata: body.Metadata, AutoPause: body.AutoPause, TimeoutS: body.Timeout,
+	}
+	if isSnapshotID(body.TemplateID) {
+		// A snapshot (createSnapshot's snapshotID) starts the sandbox.
+		req.Snapshot = body.TemplateID
+	} else {
+		tmpl, err := h.sandboxTemplate(p, body.TemplateID)
+		if err != nil {
+			return err
+		}
+		req.Template = tmpl
+	}
+	lc, err := lifecycleOf(body.AutoPause, body.AutoResume)
 	if err != nil {
 		return err
 	}
-	req := api.CreateSandboxRequest{
-		Template: tmpl, Env: body.EnvVars, Metadata: body.Metadata, AutoPause: body.AutoPause, TimeoutS: body.Timeout,
-	}
+	req.Lifecycle = lc
 	n, err := policyOf(body.Network, body.AllowInternetAccess)
 	if err != nil {
 		return err
@@ -344,6 +360,14 @@ func (h *Handler) refresh(w http.ResponseWriter, r *http.Request, p auth.Princip
 
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	id := r.PathValue("id")
+	// memory false (pause({keepMemory: false})) releases the sandbox's
+	// RAM: airlock's pause to disk.
+	var body struct {
+		Memory *bool `json:"memory,omitempty"`
+	}
+	if err := decodeJSON(r, &body); err != nil {
+		return err
+	}
 	sb, err := h.visible(r, p, id)
 	if err != nil {
 		return err
@@ -351,7 +375,11 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request, p auth.Principal
 	if sb.State == api.StatePaused {
 		return errf(errdefs.ErrConflict, "sandbox %q is already paused", id)
 	}
-	if _, err := h.sandboxes.Pause(r.Context(), p, id); err != nil {
+	mem := api.PauseMemoryKeep
+	if body.Memory != nil && !*body.Memory {
+		mem = api.PauseMemoryDisk
+	}
+	if _, err := h.sandboxes.PauseWith(r.Context(), p, id, sandbox.PauseOptions{Memory: mem}); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

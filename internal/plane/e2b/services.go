@@ -28,6 +28,11 @@ type Sandboxes interface {
 	Resume(ctx context.Context, p auth.Principal, id string) (api.Sandbox, error)
 	Metrics(ctx context.Context, p auth.Principal, id string) (api.Metrics, error)
 	UpdateNetwork(ctx context.Context, p auth.Principal, id string, req api.Network) (api.Sandbox, error)
+	PauseWith(ctx context.Context, p auth.Principal, id string, o sandbox.PauseOptions) (api.Sandbox, error)
+	CreateSnapshot(ctx context.Context, p auth.Principal, id string, req api.CreateSnapshotRequest) (api.Snapshot, error)
+	ListSnapshots(ctx context.Context, p auth.Principal, f sandbox.SnapshotFilter) (api.SnapshotList, error)
+	DeleteSnapshot(ctx context.Context, p auth.Principal, sid string) error
+	Fork(ctx context.Context, p auth.Principal, id string, req api.ForkRequest) (api.ForkResponse, error)
 	// Lives are the sandboxes this daemon holds (the signed /files URLs
 	// name none: signing.go).
 	Lives() []*sandbox.Live

@@ -757,6 +757,9 @@ func (t *templateAPI) listTags(w http.ResponseWriter, r *http.Request, p auth.Pr
 }
 
 func (t *templateAPI) deleteTemplate(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	if id := r.PathValue("templateID"); isSnapshotID(id) {
+		return t.h.deleteSnapshot(w, r, p, id) // Sandbox.deleteSnapshot
+	}
 	svc, err := t.service()
 	if err != nil {
 		return err
