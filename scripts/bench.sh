@@ -85,6 +85,39 @@ else
 	echo "| Python SDK overhead on the exec round trip (\`commands.run\`), p50 of pairs | failed: sdk/python/bench_overhead.py did not run | n/a | n/a | ≤ +0.5 ms | no |" | tee -a "$EXTRA"
 fi
 awk -F'|' '$7 ~ /no/ { bad = 1 } END { exit bad }' "$EXTRA" || status=1
+# Issue #15: durable sandboxes, each beside its baseline in the same run
+# (internal/plane/httpapi and internal/driver/gvisor benchmarks, root).
+# metric NAME LINE prints the value before the unit NAME on a benchmark line.
+metric() { echo "$2" | awk -v m="$1" '{ for (i = 1; i < NF; i++) if ($(i+1) == m) { print $i; exit } }'; }
+durable_row() { # label, target, package, benchmark, benchtime, awk program over the line → the row's middle
+	local line
+	line=$(go test -run '^$' -bench "^$4\$" -benchtime "$5" "$3" 2>&1 | grep "^$4" || true)
+	if [ -z "$line" ]; then
+		echo "| $1 | failed: the benchmark did not run (go test -bench $4 $3) | n/a | n/a | $2 | no |" | tee -a "$EXTRA"
+		return
+	fi
+	echo "| $1 | $(eval "$6") | $2 | $(eval "$7") |" | tee -a "$EXTRA"
+}
+echo "measuring warm pools, snapshots, reset and gVisor restore…"
+durable_row "warm pool claim → first command result, p50" "≤ 5 ms" ./internal/plane/httpapi/ BenchmarkPoolClaimFirstResult 30x \
+	'printf "claim → result %s ms (the create alone %s ms) | cold create → result %s ms, interleaved | n/a" "$(metric claim-p50-ms "$line")" "$(metric claim-create-p50-ms "$line")" "$(metric cold-p50-ms "$line")"' \
+	'awk -v v="$(metric claim-p50-ms "$line")" "BEGIN { print (v <= 5 ? \"yes\" : \"no\") }"'
+durable_row "create from a filesystem snapshot → first result, p50" "≤ cold + 10 ms" ./internal/plane/httpapi/ BenchmarkCreateFromSnapshotVsCold 10x \
+	'printf "%s ms | cold create %s ms, interleaved | %+.1f ms" "$(metric snapshot-p50-ms "$line")" "$(metric cold-p50-ms "$line")" "$(metric snapshot-minus-cold-ms "$line")"' \
+	'awk -v v="$(metric snapshot-minus-cold-ms "$line")" "BEGIN { print (v <= 10 ? \"yes\" : \"no\") }"'
+durable_row "reset in place, p50" "≤ 0.5× delete + create" ./internal/plane/httpapi/ BenchmarkResetVsDeleteCreate 10x \
+	'printf "%s ms | delete + create %s ms, interleaved | %.2f×" "$(metric reset-p50-ms "$line")" "$(metric delete+create-p50-ms "$line")" "$(metric reset/delete+create "$line")"' \
+	'awk -v v="$(metric reset/delete+create "$line")" "BEGIN { print (v <= 0.5 ? \"yes\" : \"no\") }"'
+durable_row "snapshot of a sandbox with 200 MB written" "a layer, not a copy" ./internal/plane/httpapi/ BenchmarkSnapshot200MB 3x \
+	'printf "%s ms, %s MB stored | the 200 MB written | n/a" "$(metric snapshot-p50-ms "$line")" "$(metric stored-MB "$line")"' \
+	'awk -v v="$(metric stored-MB "$line")" "BEGIN { print (v < 260 ? \"yes\" : \"no\") }"'
+durable_row "gVisor resume from a memory image (restore → agent answers)" "≤ 1.3× bare runsc restore" ./internal/driver/gvisor/ BenchmarkRestore 5x \
+	'printf "%s ms | bare \`runsc restore\` of the same image %s ms, interleaved | %.2f×" "$(metric driver-ms/op "$line")" "$(metric bare-ms/op "$line")" "$(metric ratio "$line")"' \
+	'awk -v v="$(metric ratio "$line")" "BEGIN { print (v <= 1.3 ? \"yes\" : \"no\") }"'
+durable_row "gVisor checkpoint of a sandbox holding 200 MB" "time and bytes (no target)" ./internal/driver/gvisor/ BenchmarkCheckpoint200MB 2x \
+	'printf "checkpoint %s ms, image %s MB | restore %s ms | n/a" "$(metric checkpoint-ms/op "$line")" "$(metric image-MB "$line")" "$(metric restore-ms/op "$line")"' \
+	'echo yes'
+awk -F'|' '$7 ~ /no/ { bad = 1 } END { exit bad }' "$EXTRA" || status=1
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 # The machine: file transfer and create times depend on the CPU (a microVM
 # guest pays dearly for every syscall and context switch) and on the
@@ -135,6 +168,12 @@ CC=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)
 - First output: a stand-in server sends an exec's start event, then 2 ms later its stdout event; the
   row is from that write to the SDK's `OnStdout` callback, beside a raw `bufio.Scanner` of the same
   stream, in turn, 500 each (`go -C client test -bench BenchmarkStreamFirstOutput`).
+- Durable sandboxes (root; `go test -bench` in internal/plane/httpapi and internal/driver/gvisor, each
+  interleaved with its baseline): a claim from a warm pool of size 1 and a cold create, each followed by
+  `true`; a create from a filesystem snapshot and a cold create; a reset and a delete + create (with
+  sandbox networking); a snapshot after `dd` of 200 MB (time, bytes of its own layer); the gVisor
+  driver's Restore of a checkpoint until the agent answers, beside `runsc restore` of the same image;
+  a checkpoint of a sandbox holding 200 MB in memory. Fork ×10 of a 200 MB working set is not measured yet.
 - Idle memory: N sandboxes left idle for 2 s, their host processes found by cgroup, Rss and Pss
   from `/proc/PID/smaps_rollup`.
 - CLI start: `bin/airlock exec sbx_bench -- true` against a stand-in server on loopback (it answers
