@@ -22,7 +22,8 @@ func TestE2ESnapshotCyclesDoNotLeak(t *testing.T) {
 	e := newE2E(t)
 	ctx := context.Background()
 	cl := e.env.Client(e.env.Key(t, "leaky"))
-	src, err := cl.NewSandbox(ctx)
+	// A loaded host takes minutes for the cycles: more than the default TTL.
+	src, err := cl.NewSandbox(ctx, client.WithTTL(2*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -562,10 +562,11 @@ func (m *Service) checkAlive(sb *Live) bool {
 	}
 	why := "sandbox init exited"
 	switch {
-	case status.ExitSignal == "SIGKILL" && status.OOMKills > 0:
+	case status.OOMKills > 0 && (status.ExitSignal == "SIGKILL" || status.ExitSignal == "" && status.ExitCode == 0):
 		// The kernel kills for memory with SIGKILL and counts it in the
 		// cgroup: the init (the agent) went for memory, and every process
-		// with it.
+		// with it. An exit the driver could not read (0, no signal: the
+		// agent never exits 0 on its own) after an OOM kill is one too.
 		m.crashedReason(ctx, sb, api.SandboxCodeCrashed, api.StopOOM,
 			"sandbox init was killed for memory (out of memory: the sandbox's memory limit was reached)")
 		return false
