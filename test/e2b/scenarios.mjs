@@ -260,7 +260,8 @@ const scenarios = {
         await a.kill()
         await b.kill()
       }
-      await Sandbox.deleteSnapshot(snap.snapshotId)
+      assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+      assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
       const gone = await Sandbox.listSnapshots().nextItems()
       assert.ok(!gone.some((s) => s.snapshotId === snap.snapshotId))
     })

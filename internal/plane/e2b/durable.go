@@ -89,6 +89,11 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request, p auth.P
 // deleteSnapshot serves DELETE /templates/{id} for a snapshot id (the
 // templates API hands those here).
 func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request, p auth.Principal, id string) error {
+	// E2B answers a second delete 404 (the SDK's deleteSnapshot false);
+	// airlock's own delete is idempotent.
+	if _, err := h.sandboxes.GetSnapshot(r.Context(), p, id); err != nil {
+		return err
+	}
 	if err := h.sandboxes.DeleteSnapshot(r.Context(), p, id); err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ type Sandboxes interface {
 	PauseWith(ctx context.Context, p auth.Principal, id string, o sandbox.PauseOptions) (api.Sandbox, error)
 	CreateSnapshot(ctx context.Context, p auth.Principal, id string, req api.CreateSnapshotRequest) (api.Snapshot, error)
 	ListSnapshots(ctx context.Context, p auth.Principal, f sandbox.SnapshotFilter) (api.SnapshotList, error)
+	GetSnapshot(ctx context.Context, p auth.Principal, sid string) (api.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, p auth.Principal, sid string) error
 	Fork(ctx context.Context, p auth.Principal, id string, req api.ForkRequest) (api.ForkResponse, error)
 	// Lives are the sandboxes this daemon holds (the signed /files URLs
