@@ -302,6 +302,17 @@ func (e *Env) DeleteAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	c := e.Admin()
+	// Pools first: their members are sandboxes no list shows, and a pool
+	// left would refill them.
+	pools, err := c.Pools(ctx)
+	if err != nil {
+		e.t.Errorf("listing pools at cleanup: %v", err)
+	}
+	for _, pl := range pools {
+		if err := c.DeletePool(ctx, pl.Name, client.PoolOptions{Tenant: pl.Tenant}); err != nil && !errors.Is(err, client.ErrNotFound) {
+			e.t.Errorf("deleting pool %s/%s at cleanup: %v", pl.Tenant, pl.Name, err)
+		}
+	}
 	var ids []string
 	for sb, err := range c.Sandboxes(ctx, client.ListOptions{}) {
 		if err != nil {
