@@ -8,7 +8,7 @@ import (
 
 // redact is the sandbox's secrets' redactor for audit details.
 func (sb *Live) redact() audit.Redactor {
-	return sb.red.Func()
+	return sb.Redactor().Func()
 }
 
 // recordEvent queues an event of sandbox sb, tagged with the request of ctx.

@@ -300,7 +300,9 @@ func (m *Service) forget(sb *Live) {
 	m.previews.Forget(sb.id)
 	m.meter.Forget(sb.id)
 	m.execs.Forget(sb.id)
+	sb.envMu.Lock()
 	clear(sb.secrets)
+	sb.envMu.Unlock()
 }
 
 // crashed records that a live sandbox died on its own, cleans it up and

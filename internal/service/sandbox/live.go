@@ -40,6 +40,9 @@ type Live struct {
 	// ready is closed when create finished, one way or the other.
 	ready chan struct{}
 
+	// envMu guards secrets, env and red: a pool claim gives a running
+	// member its create's (pool.go) while its processes may be followed.
+	envMu   sync.RWMutex
 	secrets map[string]string
 	env     map[string]string
 	red     *redact.Redactor
@@ -132,12 +135,18 @@ func (sb *Live) GoneCode() string { return sb.goneCode() }
 
 // Redactor masks the sandbox's secrets: everything of the sandbox's that
 // leaves it through a service passes it.
-func (sb *Live) Redactor() *redact.Redactor { return sb.red }
+func (sb *Live) Redactor() *redact.Redactor {
+	sb.envMu.RLock()
+	defer sb.envMu.RUnlock()
+	return sb.red
+}
 
 // Env is the environment of a process in the sandbox: the sandbox's env,
 // then its secrets (unless they are files), then extra. The map is the
 // caller's, to clear once the agent has it.
 func (sb *Live) Env(extra map[string]string) map[string]string {
+	sb.envMu.RLock()
+	defer sb.envMu.RUnlock()
 	env := make(map[string]string, len(sb.env)+len(sb.secrets)+len(extra))
 	maps.Copy(env, sb.env)
 	maps.Copy(env, sb.secrets)

@@ -459,9 +459,9 @@ func (m *Service) applyClaim(ctx context.Context, sb *Live, req api.CreateSandbo
 	if err != nil {
 		return err
 	}
-	sb.mu.Lock()
+	sb.envMu.Lock()
 	sb.env, sb.secrets, sb.red = nsp.Env, envSecrets(nsp, req.Secrets), redact.New(req.Secrets)
-	sb.mu.Unlock()
+	sb.envMu.Unlock()
 	return nil
 }
 

@@ -159,11 +159,13 @@ func (m *Service) Reset(ctx context.Context, p auth.Principal, id string, req ap
 	// refused (409) instead of reaching a half-made sandbox.
 	nrec := rec
 	nrec.State = api.StateStarting
+	sb.envMu.RLock()
 	nb := &Live{
 		id: sb.id, tenant: sb.tenant, drv: sb.drv, m: m, rec: nrec, ready: make(chan struct{}),
 		secrets: maps.Clone(sb.secrets), env: maps.Clone(sb.env), red: sb.red, gone: make(chan struct{}),
 		tmplUser: sb.tmplUser, tmplWorkdir: sb.tmplWorkdir,
 	}
+	sb.envMu.RUnlock()
 	if nb.red == nil {
 		nb.red = redact.New(nil)
 	}
