@@ -334,6 +334,79 @@ func (g *Group) SetPIDsMax(max int64) error {
 	return nil
 }
 
+// SetCPU limits the group to quota µs of CPU time per period µs (v1
+// cpu.cfs_period_us and cpu.cfs_quota_us, v2 cpu.max); quota < 0 removes
+// the limit. The group's directory must exist.
+func (g *Group) SetCPU(quota int64, period uint64) error {
+	dir, v1 := g.dir("cpu")
+	if dir == "" {
+		return errdefs.Wrap(errdefs.ErrNotImplemented, "no cpu cgroup")
+	}
+	if period == 0 {
+		return errdefs.Wrap(errdefs.ErrInvalidArgument, "cpu period 0")
+	}
+	q := "max"
+	if quota >= 0 {
+		q = strconv.FormatInt(quota, 10)
+	}
+	if !v1 {
+		if err := g.enableUnified("cpu"); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cpu.max"), []byte(q+" "+strconv.FormatUint(period, 10)), 0); err != nil {
+			return fmt.Errorf("setting cpu.max of %s: %w", g.path, classify(err))
+		}
+		return nil
+	}
+	if quota < 0 {
+		q = "-1"
+	}
+	// The period first: a quota is checked against the period in force.
+	if err := os.WriteFile(filepath.Join(dir, "cpu.cfs_period_us"), []byte(strconv.FormatUint(period, 10)), 0); err != nil {
+		return fmt.Errorf("setting cpu.cfs_period_us of %s: %w", g.path, classify(err))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte(q), 0); err != nil {
+		return fmt.Errorf("setting cpu.cfs_quota_us of %s: %w", g.path, classify(err))
+	}
+	return nil
+}
+
+// CPU returns the group's CPU limit: quota µs per period µs, quota -1 for
+// none.
+func (g *Group) CPU() (quota int64, period uint64, err error) {
+	dir, v1 := g.dir("cpu")
+	if dir == "" {
+		return 0, 0, errdefs.Wrap(errdefs.ErrNotImplemented, "no cpu cgroup")
+	}
+	if !v1 {
+		b, err := os.ReadFile(filepath.Join(dir, "cpu.max"))
+		if err != nil {
+			return 0, 0, classify(err)
+		}
+		f := strings.Fields(string(b))
+		if len(f) != 2 {
+			return 0, 0, fmt.Errorf("cpu.max: %q", b)
+		}
+		quota = -1
+		if f[0] != "max" {
+			if quota, err = strconv.ParseInt(f[0], 10, 64); err != nil {
+				return 0, 0, fmt.Errorf("cpu.max: %w", err)
+			}
+		}
+		period, err = strconv.ParseUint(f[1], 10, 64)
+		return quota, period, err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "cpu.cfs_quota_us"))
+	if err != nil {
+		return 0, 0, classify(err)
+	}
+	if quota, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("cpu.cfs_quota_us: %w", err)
+	}
+	period, err = readUint(filepath.Join(dir, "cpu.cfs_period_us"))
+	return quota, period, err
+}
+
 // enableUnified enables controller for g in every ancestor's
 // cgroup.subtree_control on the cgroup2 tree, root first.
 func (g *Group) enableUnified(controller string) error {

@@ -128,6 +128,13 @@ func (c *Core) Create(ctx context.Context, spec driver.Spec) (_ *driver.Handle, 
 	if err := c.rt.EditBundle(s, spec, dir); err != nil {
 		return nil, fmt.Errorf("adapting bundle: %w", err)
 	}
+	if r := s.Linux.Resources; c.cfg.DeferCPULimit && r != nil && r.CPU != nil && r.CPU.Quota != nil && *r.CPU.Quota > 0 && r.CPU.Period != nil {
+		st.CPU = &CPULimit{Quota: *r.CPU.Quota, Period: *r.CPU.Period}
+		r.CPU = nil
+		if err := st.save(); err != nil {
+			return nil, err
+		}
+	}
 	// The joined namespace's sysfs, if the bundle still binds it (runsc
 	// mounts a /sys of its own).
 	if sysDir != "" && slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool { return m.Source == sysDir }) {
@@ -240,6 +247,9 @@ func (c *Core) start(ctx context.Context, id, image string) error {
 		return fmt.Errorf("bad init pid %q", b)
 	}
 	c.watch(id, pid)
+	if st.CPU != nil {
+		c.setCPUPending(id, true)
+	}
 	c.rt.InitRunning(st, pid, false)
 	st.Started, st.Pid = true, pid
 	if err := st.save(); err != nil {
@@ -412,6 +422,13 @@ func (c *Core) Recover(ctx context.Context, h *driver.Handle) error {
 	if p := c.Init(h.ID); p == nil {
 		return errdefs.Wrap(errdefs.ErrNotFound, "sandbox %s init is gone", h.ID)
 	}
+	if st.CPU != nil {
+		// A daemon that stopped between a start and the agent's first
+		// answer left the limit unset; setting it again is harmless.
+		if err := c.cg.Group(st.Cgroup).SetCPU(st.CPU.Quota, st.CPU.Period); err != nil {
+			return fmt.Errorf("recovering sandbox %s: limiting its CPU: %w", h.ID, err)
+		}
+	}
 	c.rt.InitRunning(st, cs.Pid, true)
 	if st.Pid != cs.Pid {
 		st.Pid = cs.Pid
@@ -516,6 +533,10 @@ func (c *Core) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 		}
 		conn, err := c.cfg.Socket.dial(ctx, st, initPid, g)
 		if err == nil {
+			if err := c.applyDeferredCPU(id, st, g); err != nil {
+				conn.Close()
+				return nil, err
+			}
 			return conn, nil
 		}
 		if !errors.Is(err, errNotListening) {

@@ -45,6 +45,35 @@ func (c *Core) record(id string) *sandbox {
 	return s
 }
 
+// setCPUPending records whether sandbox id's deferred CPU limit is still
+// to be set (Config.DeferCPULimit).
+func (c *Core) setCPUPending(id string, pending bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.record(id).cpuPending = pending
+}
+
+// applyDeferredCPU sets sandbox id's deferred CPU limit on its cgroup g if
+// its current init does not have it yet. A limit that cannot be set fails
+// the dial: no sandbox is handed out without its quota.
+func (c *Core) applyDeferredCPU(id string, st *State, g *cgroups.Group) error {
+	if st.CPU == nil {
+		return nil
+	}
+	c.mu.Lock()
+	s := c.sandboxes[id]
+	pending := s != nil && s.cpuPending
+	c.mu.Unlock()
+	if !pending {
+		return nil
+	}
+	if err := g.SetCPU(st.CPU.Quota, st.CPU.Period); err != nil {
+		return fmt.Errorf("limiting sandbox %s CPU: %w", id, err)
+	}
+	c.setCPUPending(id, false)
+	return nil
+}
+
 // Init returns the watch of sandbox id's init, nil if none.
 func (c *Core) Init(id string) *reaper.Process {
 	c.mu.Lock()

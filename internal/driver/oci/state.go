@@ -40,6 +40,15 @@ type State struct {
 	// NetNS is the network namespace the sandbox joins (Spec.NetNSPath);
 	// "" for a fresh one.
 	NetNS string `json:"netns,omitempty"`
+	// CPU is the CPU limit the core sets itself once the agent listens
+	// (Config.DeferCPULimit); nil when the bundle carries it.
+	CPU *CPULimit `json:"cpu,omitempty"`
+}
+
+// CPULimit is a CFS quota: Quota µs of CPU time per Period µs.
+type CPULimit struct {
+	Quota  int64  `json:"quota"`
+	Period uint64 `json:"period"`
 }
 
 // handle returns the driver.Handle the caller persists for this sandbox,

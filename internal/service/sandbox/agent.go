@@ -20,29 +20,36 @@ const redialAttempts = 3
 // agent returns the sandbox's agent client, dialling (again) when there is
 // none or the last one dropped.
 func (sb *Live) agent(ctx context.Context) (*agentclient.Client, error) {
+	c, _, err := sb.agentDialled(ctx)
+	return c, err
+}
+
+// agentDialled is agent, and says whether this call dialled: a new
+// client's handshake is the agent's answer.
+func (sb *Live) agentDialled(ctx context.Context) (_ *agentclient.Client, fresh bool, _ error) {
 	sb.dialMu.Lock()
 	defer sb.dialMu.Unlock()
 	if c := sb.client; c != nil {
 		select {
 		case <-c.Done():
 		default:
-			return c, nil
+			return c, false, nil
 		}
 	}
 	select {
 	case <-sb.gone:
-		return nil, public(errdefs.ErrInvalidState, "sandbox is stopped")
+		return nil, false, public(errdefs.ErrInvalidState, "sandbox is stopped")
 	default:
 	}
 	if sb.halted.Load() {
-		return nil, public(errdefs.ErrInvalidState, "sandbox is paused")
+		return nil, false, public(errdefs.ErrInvalidState, "sandbox is paused")
 	}
 	dctx, cancel := context.WithTimeout(ctx, sb.m.cfg.AgentDialTimeout)
 	defer cancel()
 	start := time.Now()
 	conn, err := sb.drv.DialAgent(dctx, sb.id)
 	if err != nil {
-		return nil, fmt.Errorf("dialling agent: %w", err)
+		return nil, false, fmt.Errorf("dialling agent: %w", err)
 	}
 	dialled := time.Now()
 	// File transfers dial connections of their own (see agentclient).
@@ -53,14 +60,14 @@ func (sb *Live) agent(ctx context.Context) (*agentclient.Client, error) {
 	}
 	c, err := agentclient.New(conn, agentclient.WithDialer(dialDirect))
 	if err != nil {
-		return nil, fmt.Errorf("agent handshake: %w", err)
+		return nil, false, fmt.Errorf("agent handshake: %w", err)
 	}
 	// At create, dial_us is mostly the agent starting up.
 	sb.m.log.Debug("agent connected", "sandbox_id", sb.id,
 		"dial_us", dialled.Sub(start).Microseconds(), "hello_us", time.Since(dialled).Microseconds())
 	sb.client = c
 	sb.m.goBackground(func() { sb.watch(c) })
-	return c, nil
+	return c, true, nil
 }
 
 // closeClient closes the agent connection (the agent keeps running).
