@@ -185,7 +185,7 @@ func bulkDialer(dial func(ctx context.Context, network, addr string) (net.Conn, 
 
 // bulkConn is a connection whose ReadFrom, which net/http's Transport uses
 // to send a request body, writes in uploadWrite pieces, or the body at once
-// when it has a WriterTo. A body the kernel can move itself (a file, a
+// when it is in memory (a WriterTo with a Len). A body the kernel can move itself (a file, a
 // socket: sendfile, splice) still goes to the connection's own ReadFrom.
 type bulkConn struct{ net.Conn }
 
@@ -193,6 +193,20 @@ type bulkConn struct{ net.Conn }
 func (c *bulkConn) ReadFrom(r io.Reader) (int64, error) {
 	if rf, ok := c.Conn.(io.ReaderFrom); ok && kernelSource(r) {
 		return rf.ReadFrom(r)
+	}
+	if lr, ok := r.(*io.LimitedReader); ok {
+		// net/http limits a body of known length with a LimitedReader,
+		// which hides the body's WriterTo: a body held in memory
+		// (bytes.Reader, strings.Reader…) that fits the limit writes
+		// itself, without a copy through a buffer.
+		if wt, ok := lr.R.(interface {
+			io.WriterTo
+			Len() int
+		}); ok && int64(wt.Len()) <= lr.N {
+			n, err := wt.WriteTo(struct{ io.Writer }{c.Conn})
+			lr.N -= n
+			return n, err
+		}
 	}
 	bp := uploadBufs.Get().(*[]byte)
 	defer uploadBufs.Put(bp)

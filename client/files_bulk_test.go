@@ -30,8 +30,9 @@ func (c *recordConn) ReadFrom(r io.Reader) (int64, error) {
 	return io.Copy(io.Discard, r)
 }
 
-// TestBulkConnReadFrom checks how bulkConn sends a body: in uploadWrite
-// pieces behind net/http's LimitReader, at once with a WriterTo, and
+// TestBulkConnReadFrom checks how bulkConn sends a body: at once when it is
+// in memory (behind net/http's LimitReader too), in uploadWrite pieces when
+// it is a stream or longer than the limit, and
 // through the connection's own ReadFrom (sendfile) from a file.
 func TestBulkConnReadFrom(t *testing.T) {
 	const size = 3*uploadWrite + 5
@@ -45,7 +46,13 @@ func TestBulkConnReadFrom(t *testing.T) {
 		src        func(t *testing.T) io.Reader
 		wantWrites []int // nil: the connection's ReadFrom is used
 	}{
-		{"limited", func(*testing.T) io.Reader { return io.LimitReader(bytes.NewReader(data), size) },
+		// A body in memory behind net/http's LimitReader writes itself.
+		{"limited_in_memory", func(*testing.T) io.Reader { return io.LimitReader(bytes.NewReader(data), size) }, []int{size}},
+		// A stream (no Len) goes in uploadWrite pieces.
+		{"limited_stream", func(*testing.T) io.Reader { return io.LimitReader(struct{ io.Reader }{bytes.NewReader(data)}, size) },
+			[]int{uploadWrite, uploadWrite, uploadWrite, 5}},
+		// A body longer than the limit is cut at it, in pieces.
+		{"limited_longer_body", func(*testing.T) io.Reader { return io.LimitReader(bytes.NewReader(append(data, 1, 2, 3)), size) },
 			[]int{uploadWrite, uploadWrite, uploadWrite, 5}},
 		{"writer_to", func(*testing.T) io.Reader { return bytes.NewReader(data) }, []int{size}},
 		{"limited_file", func(t *testing.T) io.Reader {
