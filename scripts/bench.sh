@@ -115,6 +115,9 @@ durable_row "reset in place, p50" "≤ 0.5× delete + create" ./internal/plane/h
 durable_row "snapshot of a sandbox with 200 MB written" "a layer, not a copy" ./internal/plane/httpapi/ BenchmarkSnapshot200MB 3x \
 	'printf "%s ms, %s MB stored | the 200 MB written | n/a" "$(metric snapshot-p50-ms "$line")" "$(metric stored-MB "$line")"' \
 	'awk -v v="$(metric stored-MB "$line")" "BEGIN { print (v < 260 ? \"yes\" : \"no\") }"'
+durable_row "fork ×10 of a sandbox holding a 200 MB working set (runc: its files)" "total time and memory added (no target)" ./internal/plane/httpapi/ BenchmarkFork10Of200MB 3x \
+	'printf "%s ms for ten; the forks use %s MB (their cgroups), host MemAvailable −%s MB | ten cold creates in a row %s ms, interleaved | n/a" "$(metric fork10-ms "$line")" "$(metric forks-cgroup-MB "$line")" "$(metric host-MB-added "$line")" "$(metric cold10-ms "$line")"' \
+	'echo yes'
 durable_row "gVisor resume from a memory image (restore → agent answers)" "≤ 1.3× bare runsc restore" ./internal/driver/gvisor/ BenchmarkRestore 5x \
 	'printf "%s ms | bare \`runsc restore\` of the same image %s ms, interleaved | %.2f×" "$(metric driver-ms/op "$line")" "$(metric bare-ms/op "$line")" "$(metric ratio "$line")"' \
 	'awk -v v="$(metric ratio "$line")" "BEGIN { print (v <= 1.3 ? \"yes\" : \"no\") }"'
@@ -177,7 +180,9 @@ CC=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)
   `true`; a create from a filesystem snapshot and a cold create; a reset and a delete + create (with
   sandbox networking); a snapshot after `dd` of 200 MB (time, bytes of its own layer); the gVisor
   driver's Restore of a checkpoint until the agent answers, beside `runsc restore` of the same image;
-  a checkpoint of a sandbox holding 200 MB in memory. Fork ×10 of a 200 MB working set is not measured yet.
+  a checkpoint of a sandbox holding 200 MB in memory; a fork ×10 of a sandbox that wrote a 200 MB file (the runc
+  driver forks the filesystem: snapshot, then ten creates from it) beside ten cold creates in a row, with the forks'
+  cgroup memory and the drop of the host's MemAvailable while they run (noise of a few MB either way).
 - Idle memory: N sandboxes left idle for 2 s, their host processes found by cgroup, Rss and Pss
   from `/proc/PID/smaps_rollup`.
 - CLI start: `bin/airlock exec sbx_bench -- true` against a stand-in server on loopback (it answers

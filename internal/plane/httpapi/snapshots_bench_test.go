@@ -2,6 +2,10 @@ package httpapi_test
 
 import (
 	"context"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -161,4 +165,109 @@ func BenchmarkSnapshot200MB(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(median(ds).Microseconds())/1000, "snapshot-p50-ms")
 	b.ReportMetric(float64(stored)/(1<<20), "stored-MB")
+}
+
+// BenchmarkFork10Of200MB: POST /v1/sandboxes/{id}/fork {count: 10} of a
+// sandbox that wrote a 200 MB working set (a file: the runc driver forks
+// the filesystem), against ten cold creates of a sandbox like it in a row,
+// interleaved. Reports both totals, what the host's MemAvailable dropped
+// by while the ten forks run, and the forks' own memory (their cgroups).
+// Every fork is checked to hold the whole file.
+func BenchmarkFork10Of200MB(b *testing.B) {
+	e := newE2E(b)
+	ctx := context.Background()
+	cl := e.env.Client(e.env.Key(b, "bench"))
+	// Small sandboxes: eleven of them fit the tenant's default quota.
+	opts := []client.SandboxOption{client.WithDiskMB(1024), client.WithCPU(0.2), client.WithMemoryMB(256)}
+	src, err := cl.NewSandbox(ctx, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	run(b, src, "dd if=/dev/urandom of=/home/user/big bs=1M count=200 2>/dev/null && sync")
+	const n = 10
+	var dFork, dCold []time.Duration
+	var hostMB, cgMB []float64
+	fork := func() {
+		before := memAvailableMB(b)
+		var forks []*client.Sandbox
+		dFork = append(dFork, timeIt(b, "fork", func() (err error) { forks, err = src.Fork(ctx, n, nil, nil); return err }))
+		if len(forks) != n {
+			b.Fatalf("fork made %d sandboxes, want %d", len(forks), n)
+		}
+		hostMB = append(hostMB, before-memAvailableMB(b))
+		var cg float64
+		for _, f := range forks {
+			if got := run(b, f, "stat -c %s /home/user/big"); got != "209715200" {
+				b.Fatalf("fork %s: /home/user/big is %q bytes, want 209715200", f.ID(), got)
+			}
+			m, err := cl.Metrics(ctx, f.ID())
+			if err != nil {
+				b.Fatal(err)
+			}
+			cg += float64(m.MemoryBytes) / (1 << 20)
+		}
+		cgMB = append(cgMB, cg)
+		for _, f := range forks {
+			if err := f.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	cold := func() {
+		sbs := make([]*client.Sandbox, 0, n)
+		dCold = append(dCold, timeIt(b, "cold creates", func() error {
+			for range n {
+				s, err := cl.NewSandbox(ctx, opts...)
+				if err != nil {
+					return err
+				}
+				sbs = append(sbs, s)
+			}
+			return nil
+		}))
+		for _, s := range sbs {
+			if err := s.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	i := 0
+	b.ResetTimer()
+	for b.Loop() {
+		if i%2 == 0 {
+			fork()
+			cold()
+		} else {
+			cold()
+			fork()
+		}
+		i++
+	}
+	b.StopTimer()
+	medianF := func(v []float64) float64 { s := slices.Clone(v); slices.Sort(s); return s[len(s)/2] }
+	b.ReportMetric(float64(median(dFork).Microseconds())/1000, "fork10-ms")
+	b.ReportMetric(float64(median(dCold).Microseconds())/1000, "cold10-ms")
+	b.ReportMetric(medianF(hostMB), "host-MB-added")
+	b.ReportMetric(medianF(cgMB), "forks-cgroup-MB")
+}
+
+// memAvailableMB is the host's MemAvailable in MiB.
+func memAvailableMB(b *testing.B) float64 {
+	b.Helper()
+	raw, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
+			kb, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb / 1024
+		}
+	}
+	b.Fatal("no MemAvailable in /proc/meminfo")
+	return 0
 }
