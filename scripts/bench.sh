@@ -116,7 +116,7 @@ durable_row "snapshot of a sandbox with 200 MB written" "a layer, not a copy" ./
 	'printf "%s ms, %s MB stored | the 200 MB written | n/a" "$(metric snapshot-p50-ms "$line")" "$(metric stored-MB "$line")"' \
 	'awk -v v="$(metric stored-MB "$line")" "BEGIN { print (v < 260 ? \"yes\" : \"no\") }"'
 durable_row "fork ×10 of a sandbox holding a 200 MB working set (runc: its files)" "total time and memory added (no target)" ./internal/plane/httpapi/ BenchmarkFork10Of200MB 3x \
-	'printf "%s ms for ten; the forks use %s MB (their cgroups), host MemAvailable −%s MB | ten cold creates in a row %s ms, interleaved | n/a" "$(metric fork10-ms "$line")" "$(metric forks-cgroup-MB "$line")" "$(metric host-MB-added "$line")" "$(metric cold10-ms "$line")"' \
+	'printf "%s ms for ten; the forks use %s MB (their cgroups), host MemAvailable drop %s MB | ten cold creates in a row %s ms, interleaved | n/a" "$(metric fork10-ms "$line")" "$(metric forks-cgroup-MB "$line")" "$(metric host-MB-added "$line")" "$(metric cold10-ms "$line")"' \
 	'echo yes'
 durable_row "gVisor resume from a memory image (restore → agent answers)" "≤ 1.3× bare runsc restore" ./internal/driver/gvisor/ BenchmarkRestore 5x \
 	'printf "%s ms | bare \`runsc restore\` of the same image %s ms, interleaved | %.2f×" "$(metric driver-ms/op "$line")" "$(metric bare-ms/op "$line")" "$(metric ratio "$line")"' \
