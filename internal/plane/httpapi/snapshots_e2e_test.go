@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -378,4 +379,103 @@ func TestE2ESnapshotGVisor(t *testing.T) {
 	if got := run(t, src, "test ! -e /home/user/after.txt && echo gone"); got != "gone" {
 		t.Fatalf("after reset: %q", got)
 	}
+}
+
+// tickLoop starts a process that counts in its own memory and writes the
+// count to /home/user/tick every 50 ms: after a memory restore it goes on
+// from where it was; a process started again would count from 1.
+const tickLoop = `nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /home/user/tick; sleep 0.05; done' >/dev/null 2>&1 &
+sleep 0.5; cat /home/user/tick`
+
+// tick reads sb's count until it passes least, and fails if the count
+// ever goes back (the counting process was started again, from 1, instead
+// of going on from its memory) or does not move.
+func tick(t *testing.T, sb *client.Sandbox, least int) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	last := -1
+	for {
+		n, err := strconv.Atoi(run(t, sb, "cat /home/user/tick"))
+		if err == nil && n < last {
+			t.Fatalf("%s: tick went back from %d to %d: the counting process started again", sb.ID(), last, n)
+		}
+		if err == nil && n > least && last >= 0 && n > last {
+			return n
+		}
+		if err == nil {
+			last = n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: tick %d (%v), want past %d: the counting process did not go on", sb.ID(), n, err, least)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestE2EGVisorMemoryAcrossRestart: through the API, on gVisor, a process's
+// memory is kept by a memory snapshot (a sandbox made from it goes on
+// counting where the source was), by a fork (memory included where the
+// runtime checkpoints) and by a pause to disk with a daemon restart before
+// the resume; the files written before are there each time.
+func TestE2EGVisorMemoryAcrossRestart(t *testing.T) {
+	testutil.RequiresBinary(t, "runsc")
+	e := newE2E(t)
+	ctx := context.Background()
+	cl := e.env.Client(e.env.Key(t, "gvmem"))
+	src, err := cl.NewSandbox(ctx, client.WithRuntime("gvisor"), client.WithTTL(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	sum := run(t, src, marker)
+	first, err := strconv.Atoi(run(t, src, tickLoop))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := tick(t, src, first)
+
+	snap, err := src.Snapshot(ctx, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !snap.Memory || snap.MemoryBytes == 0 || snap.Runtime != "gvisor" {
+		t.Fatalf("memory snapshot = %+v", snap)
+	}
+	cp, err := cl.NewSandbox(ctx, client.WithSnapshot(snap.ID), client.WithTTL(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Close()
+	checkMarker(t, cp, sum)
+	tick(t, cp, at) // restored, counting on from at least where the source was
+
+	forks, err := src.Fork(ctx, 1, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer forks[0].Close()
+	checkMarker(t, forks[0], sum)
+	tick(t, forks[0], at)
+
+	// Pause to disk, a daemon restart, then the resume: the process goes
+	// on, the files are there.
+	before := tick(t, src, at)
+	if err := src.PauseWith(ctx, client.PauseOptions{Disk: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.stop()
+	e.start()
+	cl = e.env.Client(e.env.Key(t, "gvmem"))
+	again, err := cl.ConnectSandbox(ctx, src.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := again.Info().State; st != api.StatePaused {
+		t.Fatalf("after the restart: state %s, want paused", st)
+	}
+	if err := again.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkMarker(t, again, sum)
+	tick(t, again, before)
 }

@@ -351,7 +351,16 @@ func (m *Service) capture(ctx context.Context, sb *Live, st *template.Store, lc 
 		if err != nil {
 			return res, err
 		}
-		if err := ck.Checkpoint(ctx, sb.id, w.Dir(), driver.CheckpointOptions{LeaveRunning: true}); err != nil {
+		// The checkpoint stops the runtime and restores it (LeaveRunning):
+		// the agent's connection ends and its init is replaced. Meanwhile
+		// the sandbox is halted, as in a pause to disk, so that the
+		// liveness checks do not take the gap for a crash; the next
+		// request dials the restored agent.
+		sb.halted.Store(true)
+		sb.closeClient()
+		err = ck.Checkpoint(ctx, sb.id, w.Dir(), driver.CheckpointOptions{LeaveRunning: true})
+		sb.halted.Store(false)
+		if err != nil {
 			w.Discard()
 			return res, fmt.Errorf("checkpoint: %w", err)
 		}
