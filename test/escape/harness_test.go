@@ -451,6 +451,13 @@ func (h hostInfo) contained(t testing.TB, id string, procs []hostProc) {
 	if !h.ok {
 		return
 	}
+	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", h.pid)); err != nil || ns != h.pidNS || procCgroup(h.pid, "pids") != h.cgroup {
+		// The init is gone (its pid namespace with it, and every process
+		// in it) or its pid was reused: the namespace's inode may be
+		// another container's now (a test binary's beside this one), so
+		// nothing can be judged by it.
+		return
+	}
 	hostNS, _ := os.Readlink("/proc/self/ns/pid") // the test (daemon) runs in the host's
 	mine := func(cg string) bool { return cg == h.cgroup || strings.HasPrefix(cg, h.cgroup+"/") }
 	for _, p := range procs {
