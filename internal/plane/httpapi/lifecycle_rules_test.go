@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -468,4 +469,52 @@ func TestPauseToDiskWithCheckpoint(t *testing.T) {
 	if _, err := os.Stat(image); !os.IsNotExist(err) {
 		t.Fatalf("failed memory image left: %v", err)
 	}
+}
+
+// TestOpenStreamsAreActivity: an open file watch and a download not read
+// to its end keep a sandbox awake past its idle deadline; once they end,
+// the idle timeout pauses it.
+func TestOpenStreamsAreActivity(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sb := h.create("acme", api.CreateSandboxRequest{TimeoutS: i64(3600), Lifecycle: &api.Lifecycle{IdleTimeoutS: i64(60)}})
+	h.putFile("acme", sb.ID, "/home/user/big.bin", strings.Repeat("x", 48<<20))
+	c, err := client.New(h.url, h.key("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	awake := func(what string) {
+		t.Helper()
+		h.clock.Advance(2 * time.Minute)
+		time.Sleep(200 * time.Millisecond) // the lifecycle loop's ticks
+		if st := h.state("acme", sb.ID).State; st != api.StateRunning {
+			t.Fatalf("%s with %s open", st, what)
+		}
+	}
+
+	w, err := c.WatchDir(ctx, sb.ID, "/home/user", client.WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awake("a watch")
+	w.Close()
+
+	rc, err := c.ReadFile(ctx, sb.ID, "/home/user/big.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(rc, make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	awake("a download")
+	rc.Close()
+
+	// The server sees the close a moment later (and that is activity too):
+	// the clock moves on until the idle timeout pauses it.
+	eventually(t, "idle pause once the streams closed", func() bool {
+		h.clock.Advance(2 * time.Minute)
+		time.Sleep(20 * time.Millisecond)
+		return h.state("acme", sb.ID).State == api.StatePaused
+	})
 }

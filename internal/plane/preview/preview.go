@@ -59,6 +59,9 @@ type Backend interface {
 	PreviewTarget(ctx context.Context, id string, port int) (previews.Target, error)
 	// PreviewDial connects to port inside sandbox id.
 	PreviewDial(ctx context.Context, id string, port int) (net.Conn, error)
+	// PreviewActive marks a request to sandbox id as under way (activity
+	// that keeps it from an idle pause) until done is called.
+	PreviewActive(id string) (done func())
 	// PreviewOpened is told that a client opened a preview, and how it was
 	// allowed ("token", "cookie", "public"), for the audit trail.
 	PreviewOpened(ctx context.Context, id string, port int, remote, via string)
@@ -192,6 +195,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.opened(r, id, port, via)
+	done := h.cfg.Backend.PreviewActive(id)
+	defer done()
 	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, route{id, port}))
 	h.proxy.ServeHTTP(w, r)
 }
@@ -228,6 +233,12 @@ func (h *Handler) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	h.log.Info("preview proxy", "sandbox_id", rt.id, "port", rt.port, "err", err)
 	if errors.Is(err, errdefs.ErrUnavailable) {
 		http.Error(w, fmt.Sprintf("nothing answers on port %d in the sandbox", rt.port), http.StatusBadGateway)
+		return
+	}
+	if errors.Is(err, errdefs.ErrInvalidState) {
+		// Paused without auto_resume, or stopping: the client may retry
+		// once the sandbox's owner resumes it.
+		http.Error(w, "the sandbox is not running (paused without auto_resume, or stopping)", http.StatusServiceUnavailable)
 		return
 	}
 	http.Error(w, "sandbox did not answer", http.StatusBadGateway)

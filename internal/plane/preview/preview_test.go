@@ -30,6 +30,8 @@ type fakeBackend struct {
 	known   map[string]bool            // sandbox ids
 	opened  []string
 	dials   int
+	active  map[string]int   // id → requests under way (PreviewActive)
+	dialErr map[string]error // id → what its dial fails with
 }
 
 func (b *fakeBackend) PreviewTarget(_ context.Context, id string, port int) (previews.Target, error) {
@@ -49,9 +51,33 @@ func (b *fakeBackend) PreviewDial(ctx context.Context, id string, port int) (net
 	b.mu.Lock()
 	addr := b.addrs[fmt.Sprintf("%s/%d", id, port)]
 	b.dials++
+	err := b.dialErr[id]
 	b.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", addr)
+}
+
+func (b *fakeBackend) PreviewActive(id string) func() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.active == nil {
+		b.active = map[string]int{}
+	}
+	b.active[id]++
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.active[id]--
+	}
+}
+
+func (b *fakeBackend) activeOf(id string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.active[id]
 }
 
 func (b *fakeBackend) PreviewOpened(_ context.Context, id string, port int, _, via string) {
@@ -279,7 +305,41 @@ func TestWebSocketEcho(t *testing.T) {
 			t.Fatalf("got %q", got)
 		}
 	}
+	// The open WebSocket is activity of its sandbox (it keeps an idle
+	// timeout from pausing it) until it closes.
+	if n := r.b.activeOf("sbx_a"); n != 1 {
+		t.Fatalf("requests under way in sbx_a with its WebSocket open: %d, want 1", n)
+	}
 	c.Close(websocket.StatusNormalClosure, "")
+	deadline := time.Now().Add(5 * time.Second)
+	for r.b.activeOf("sbx_a") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("requests under way in sbx_a after its WebSocket closed: %d", r.b.activeOf("sbx_a"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestNotRunningIsUnavailable: a sandbox whose dial says it is not running
+// (paused without auto_resume) is a 503 to whoever the preview lets in,
+// not a bad gateway; a plain request is activity only while it runs.
+func TestNotRunningIsUnavailable(t *testing.T) {
+	r := newRig(t)
+	r.b.mu.Lock()
+	r.b.dialErr = map[string]error{"sbx_b": &errdefs.Public{Msg: "sandbox is paused", Err: errdefs.ErrInvalidState}}
+	r.b.mu.Unlock()
+	resp, body := r.get(t, "8080-sbx_b.localhost", "/", nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "not running") {
+		t.Fatalf("paused sandbox's public port: %d %q", resp.StatusCode, body)
+	}
+	if resp, body = r.get(t, "8080-sbx_a.localhost", "/", map[string]string{api.PreviewTokenHeader: "tok-sbx_a"}); resp.StatusCode != http.StatusOK {
+		t.Fatalf("running sandbox: %d %q", resp.StatusCode, body)
+	}
+	for _, id := range []string{"sbx_a", "sbx_b"} {
+		if n := r.b.activeOf(id); n != 0 {
+			t.Fatalf("requests under way in %s after they ended: %d", id, n)
+		}
+	}
 }
 
 // hostRewriter sets the Host of every request (websocket.Dial takes the

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/api"
@@ -196,6 +197,8 @@ func (m *Service) WriteFileWithMetadata(ctx context.Context, p auth.Principal, i
 	if err != nil {
 		return api.FileWritten{}, err
 	}
+	// A transfer is activity for as long as it lasts, not only at its start.
+	defer sb.Active()()
 	if maxBytes <= 0 || maxBytes > m.maxUploadBytes {
 		maxBytes = m.maxUploadBytes
 	}
@@ -219,6 +222,7 @@ func (m *Service) TarIn(ctx context.Context, p auth.Principal, id, dir, user str
 	if err != nil {
 		return api.FileWritten{}, err
 	}
+	defer sb.Active()()
 	c, err := sb.Agent(ctx)
 	if err != nil {
 		return api.FileWritten{}, err
@@ -247,9 +251,26 @@ func (m *Service) ReadFile(ctx context.Context, p auth.Principal, id, pth, user 
 		return err
 	})
 	if rc != nil {
-		rc = redact.NewReader(sb.Redactor(), rc)
+		// The download is activity until its reader is closed.
+		rc = &activeReader{ReadCloser: redact.NewReader(sb.Redactor(), rc), done: sb.Active()}
 	}
 	return rc, fi, err
+}
+
+// activeReader ends a transfer's activity when it is closed.
+type activeReader struct {
+	io.ReadCloser
+	once sync.Once
+	done func()
+}
+
+// WriteTo keeps the reader beneath's own (a download's splice to the
+// client's socket) for io.Copy.
+func (r *activeReader) WriteTo(w io.Writer) (int64, error) { return io.Copy(w, r.ReadCloser) }
+
+func (r *activeReader) Close() error {
+	r.once.Do(r.done)
+	return r.ReadCloser.Close()
 }
 
 type countingReader struct {

@@ -2,6 +2,7 @@ package files
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/agentclient"
@@ -33,7 +34,9 @@ func (m *Service) WatchDir(ctx context.Context, p auth.Principal, id, pth, user 
 	if err != nil {
 		return nil, err
 	}
-	return &Watch{w: w}, nil
+	// An open watch is activity: the idle timeout does not pause the
+	// sandbox under it (docs/lifecycle.md).
+	return &Watch{w: w, done: sb.Active()}, nil
 }
 
 // Watch event types (WatchEvent.Type).
@@ -72,7 +75,9 @@ type WatchEvent struct {
 // concurrent use; Close may be called from any goroutine to end a Next
 // that is waiting.
 type Watch struct {
-	w *agentclient.Watch
+	w    *agentclient.Watch
+	once sync.Once
+	done func() // ends the watch's activity
 }
 
 // Next waits for the next events, in the order they happened. It returns
@@ -93,4 +98,7 @@ func (w *Watch) Next() ([]WatchEvent, error) {
 
 // Close ends the watch. Safe to call more than once and concurrently with
 // Next, which then fails.
-func (w *Watch) Close() error { return w.w.Close() }
+func (w *Watch) Close() error {
+	w.once.Do(w.done)
+	return w.w.Close()
+}

@@ -386,7 +386,10 @@ func (b Backend) PreviewTarget(ctx context.Context, id string, port int) (Target
 		return Target{}, err
 	}
 	sb, _, ok := b.sandboxFor(id)
-	if !ok || sb.State() != api.StateRunning {
+	// A paused sandbox is a target too: its dial resumes it when its
+	// lifecycle has auto_resume, and answers "sandbox is paused" when not
+	// (to those the token or a public port lets through).
+	if !ok || (sb.State() != api.StateRunning && sb.State() != api.StatePaused) {
 		// The token of any id is known here: the listener answers a
 		// holder of it "not found", everyone else as for a private port.
 		return Target{Token: TokenFor(key, id)}, errdefs.ErrNotFound
@@ -405,6 +408,18 @@ func (b Backend) PreviewDial(ctx context.Context, id string, port int) (net.Conn
 		return nil, errdefs.ErrNotFound
 	}
 	return b.m.DialSandbox(ctx, p, id, port)
+}
+
+// PreviewActive marks a preview request (an upgraded one, a WebSocket,
+// until its connection ends) as activity of sandbox id (docs/lifecycle.md):
+// the idle timeout does not pause a sandbox while one is in flight. done
+// ends it.
+func (b Backend) PreviewActive(id string) (done func()) {
+	sb, _, ok := b.sandboxFor(id)
+	if !ok {
+		return func() {}
+	}
+	return sb.Active()
 }
 
 // PreviewOpened audits a client opening a preview.
