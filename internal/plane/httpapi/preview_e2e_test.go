@@ -240,3 +240,53 @@ for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("12
 		t.Fatalf("public preview: %d %q", resp.StatusCode, body)
 	}
 }
+
+// TestE2EPreviewAutoResume: a paused sandbox's preview resumes it when its
+// lifecycle has auto_resume (the server inside answers as before the
+// pause); without auto_resume the preview answers 503 and the sandbox
+// stays paused.
+func TestE2EPreviewAutoResume(t *testing.T) {
+	e := newE2E(t, e2ePreviews)
+	h := e.h
+	key := h.key("acme")
+	sb := h.create("acme", api.CreateSandboxRequest{Lifecycle: &api.Lifecycle{AutoResume: boolp(true)}})
+	h.expect(h.req("PUT", "/v1/sandboxes/"+sb.ID+"/files?path=/home/user/www/index.html", key, "awake again\n"), http.StatusCreated, "")
+	res := h.exec("acme", sb.ID, api.ExecRequest{Shell: sh(`(setsid python3 -m http.server 8080 --bind 127.0.0.1 -d /home/user/www >/dev/null 2>&1 &);
+for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8080)).close()' 2>/dev/null && echo up && exit 0; sleep 0.1; done; echo down`)})
+	if strp(res.Stdout) != "up\n" {
+		t.Fatalf("server in the sandbox: %+v %q", res, strp(res.Stderr))
+	}
+	var pv api.Preview
+	r := h.req("POST", "/v1/sandboxes/"+sb.ID+"/previews", key, api.PreviewRequest{Port: 8080})
+	h.expect(r, http.StatusOK, "")
+	r.json(t, &pv)
+	tok := map[string]string{api.PreviewTokenHeader: pv.Token}
+	pause := func() {
+		t.Helper()
+		h.expect(h.req("POST", "/v1/sandboxes/"+sb.ID+"/pause", key, api.PauseRequest{Memory: api.PauseMemoryKeep}), http.StatusOK, "")
+		if st := h.state("acme", sb.ID).State; st != api.StatePaused {
+			t.Fatalf("after pause: %s", st)
+		}
+	}
+
+	pause()
+	if resp, body := previewGet(t, e.previewAddr, pv.URL, tok); resp.StatusCode != http.StatusOK || body != "awake again\n" {
+		t.Fatalf("preview of a paused sandbox with auto_resume: %d %q", resp.StatusCode, body)
+	}
+	if st := h.state("acme", sb.ID).State; st != api.StateRunning {
+		t.Fatalf("after the preview request: %s, want running", st)
+	}
+
+	h.expect(h.req("PATCH", "/v1/sandboxes/"+sb.ID, key, api.PatchSandboxRequest{Lifecycle: &api.Lifecycle{AutoResume: boolp(false)}}), http.StatusOK, "")
+	pause()
+	if resp, body := previewGet(t, e.previewAddr, pv.URL, tok); resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "not running") {
+		t.Fatalf("preview of a paused sandbox without auto_resume: %d %q", resp.StatusCode, body)
+	}
+	// Without the token it answers as any private port does.
+	if resp, _ := previewGet(t, e.previewAddr, pv.URL, nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("paused sandbox's private preview without its token: %d", resp.StatusCode)
+	}
+	if st := h.state("acme", sb.ID).State; st != api.StatePaused {
+		t.Fatalf("after a refused preview request: %s, want paused", st)
+	}
+}
