@@ -193,6 +193,21 @@ type Pauser interface {
 	Resume(ctx context.Context, id string) error
 }
 
+// RootResetter is implemented by drivers that return a running sandbox to
+// fresh layers in place, faster than a Destroy and a Create (POST
+// /v1/sandboxes/{id}/reset): every process but the sandbox's init (the
+// agent) is killed, and the init is moved onto a new root of tmpl's
+// layers over an empty writable layer of the same size. Its id, handle,
+// namespaces (the network too), cgroup, limits and agent socket are kept;
+// the caller drops its agent connection first and dials again after.
+type RootResetter interface {
+	// ResetRoot resets running sandbox id. An error wrapping
+	// errdefs.ErrNotImplemented means this sandbox cannot be (nothing was
+	// changed: destroy and create it instead); after any other error its
+	// processes may be gone and it is to be destroyed.
+	ResetRoot(ctx context.Context, id string, tmpl Template) error
+}
+
 // Stats is a sample of a sandbox's resource use.
 type Stats struct {
 	CPUSeconds       float64 `json:"cpu_seconds"`

@@ -111,6 +111,11 @@ type Config struct {
 	// but the agent runs before it listens, and nothing the sandbox is
 	// asked to run reaches it before the quota is in place.
 	DeferCPULimit bool
+	// ResetInPlace lets ResetRoot return a running sandbox to fresh layers
+	// keeping its init (reroot.go): for a runtime whose init lives in the
+	// sandbox's own mount namespace on the bundle's rootfs (runc; not
+	// runsc, whose Sentry serves the files from its Gofer).
+	ResetInPlace bool
 	// Logger receives the driver's logs; default slog.Default().
 	Logger *slog.Logger
 }

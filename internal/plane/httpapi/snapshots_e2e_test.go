@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/mountinfo"
 	"github.com/airlockhq/airlock/internal/testutil"
 )
 
@@ -478,4 +479,89 @@ func TestE2EGVisorMemoryAcrossRestart(t *testing.T) {
 	}
 	checkMarker(t, again, sum)
 	tick(t, again, before)
+}
+
+// TestE2EResetInPlace: a reset of a running runc sandbox keeps its agent
+// and swaps its root (driver.RootResetter): every other process is gone,
+// every file it wrote (in /home, /tmp, /etc) is gone, the runtime's mounts
+// (/proc, /dev, /sys, resolv.conf, the agent) are all there again, the
+// user and the disk work, and the host holds as many mounts for it as
+// before; so after a reset to a snapshot (mountPoint's tests cover a
+// layer whose paths are symlinks).
+func TestE2EResetInPlace(t *testing.T) {
+	e := newE2E(t, e2eWorld(newWorld(t))) // sandbox networking: resolv.conf is a mount
+	ctx := context.Background()
+	cl := e.env.Client(e.env.Key(t, "acme"))
+	sb, err := cl.NewSandbox(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	mounts := `awk '{print $5}' /proc/self/mountinfo | sort | tr '\n' ' '`
+	procs := `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline; echo; done | grep -v '^$' | sort | tr '\n' ';'`
+	hostMounts := func() int {
+		ms, err := mountinfo.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, m := range ms {
+			if strings.Contains(m.Target, sb.ID()) {
+				n++
+			}
+		}
+		return n
+	}
+	before, hostBefore := run(t, sb, mounts), hostMounts()
+	run(t, sb, "echo a > /home/user/a; echo b > /tmp/b; echo c > /etc/c; (setsid sleep 600 >/dev/null 2>&1 &)")
+	if got := run(t, sb, procs); !strings.Contains(got, "sleep 600") {
+		t.Fatalf("processes before the reset: %q", got)
+	}
+
+	if err := sb.Reset(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, sb, "ls /home/user; test -e /tmp/b || test -e /etc/c || echo clean"); got != "clean" {
+		t.Fatalf("files after the reset: %q", got)
+	}
+	if got := run(t, sb, procs); strings.Contains(got, "sleep") || !strings.Contains(got, "airlock-agent") {
+		t.Fatalf("processes after the reset: %q", got)
+	}
+	if got := run(t, sb, mounts); got != before {
+		t.Fatalf("mounts in the sandbox after the reset:\n%s\nbefore:\n%s", got, before)
+	}
+	if got := hostMounts(); got != hostBefore {
+		t.Fatalf("host mounts of the sandbox after the reset: %d, before %d", got, hostBefore)
+	}
+	res, err := sb.Run(ctx, "id -un; ls -ld / /.airlock | awk '{print $3}'; echo x > ~/w && cat ~/w; dd if=/dev/zero of=/tmp/z bs=1M count=8 2>/dev/null && echo wrote")
+	if err != nil || res.Stdout != "user\nroot\nroot\nx\nwrote\n" {
+		t.Fatalf("as user after the reset: %+v %v", res, err)
+	}
+
+	// To a snapshot and back: the mounts are where they were each time.
+	run(t, sb, "echo snap > /home/user/s")
+	snap, err := sb.Snapshot(ctx, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.DeleteSnapshot(ctx, snap.ID)
+	run(t, sb, "rm /home/user/s")
+	if err := sb.Reset(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, sb, "cat /home/user/s; grep -c ' /etc/resolv.conf ' /proc/self/mountinfo"); got != "snap\n1" {
+		t.Fatalf("after the reset to a snapshot: %q", got)
+	}
+	if got := run(t, sb, mounts); got != before {
+		t.Fatalf("mounts after the reset to a snapshot:\n%s\nbefore:\n%s", got, before)
+	}
+	ms, err := mountinfo.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if strings.Contains(m.Target, sb.ID()) && !strings.HasPrefix(m.Target, e.dataDir+"/") && !strings.Contains(m.Target, "/netns/") {
+			t.Fatalf("a mount of the sandbox outside its dirs: %s", m.Target)
+		}
+	}
 }

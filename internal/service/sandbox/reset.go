@@ -3,10 +3,14 @@ package sandbox
 // Reset in place (POST /v1/sandboxes/{id}/reset): the sandbox returns to
 // its template version or to a snapshot of its tenant, keeping its id,
 // network namespace and policy, secrets, env, metadata, previews and
-// expires_at. No driver operation does it in one step, so the driver's
-// sandbox is destroyed and created again with the same id over the new
-// layers, joining the same prepared namespace (driver.Spec.NetNSPath):
-// the network, the record and the slot are not made again.
+// expires_at. A running sandbox on a driver.RootResetter (runc) is reset
+// in place: every process but its agent is killed and the agent's root is
+// swapped for the new layers, nothing else is made again. Otherwise (a
+// paused sandbox, a memory snapshot, gVisor, or an in-place reset that
+// failed) the driver's sandbox is destroyed and created again with the
+// same id over the new layers, joining the same prepared namespace
+// (driver.Spec.NetNSPath): the network, the record and the slot are not
+// made again.
 //
 // The in-memory sandbox (*Live) is replaced by a new one: the old one is
 // gone for everything that held it (its execs end killed, code
@@ -16,6 +20,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -232,6 +237,25 @@ func (m *Service) retire(old, nb *Live) {
 // restores) it again from dspec, recording the new handle, the snapshot
 // it now runs on and state running.
 func (m *Service) resetDriver(ctx context.Context, nb *Live, dspec driver.Spec, restoreDir string, paused bool, snapID string) error {
+	// In place where the driver can: the init stays, its root is swapped
+	// (a running sandbox onto layers; a memory image is restored by a
+	// new runtime process).
+	if rr, ok := nb.drv.(driver.RootResetter); ok && restoreDir == "" && !paused {
+		err := rr.ResetRoot(ctx, nb.id, dspec.Template)
+		if err == nil {
+			if err := m.agentReady(ctx, nb); err != nil {
+				return err
+			}
+			return nb.setState(ctx, api.StateRunning, func(r *store.Sandbox) {
+				r.SnapshotID, r.DesiredState = snapID, api.StateRunning
+			})
+		}
+		if !errors.Is(err, errdefs.ErrNotImplemented) {
+			// Its processes may be gone already: a destroy and a create
+			// (below) give the same result the slow way.
+			m.log.Warn("reset in place failed; destroying and creating the sandbox instead", "sandbox_id", nb.id, "err", err)
+		}
+	}
 	if err := nb.drv.Destroy(ctx, nb.id); err != nil {
 		return fmt.Errorf("driver destroy: %w", err)
 	}
