@@ -177,8 +177,9 @@ CC=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)
   stream, in turn, 500 each (`go -C client test -bench BenchmarkStreamFirstOutput`).
 - Durable sandboxes (root; `go test -bench` in internal/plane/httpapi and internal/driver/gvisor, each
   interleaved with its baseline): a claim from a warm pool of size 1 and a cold create, each followed by
-  `true`; a create from a filesystem snapshot and a cold create; a reset and a delete + create (with
-  sandbox networking); a snapshot after `dd` of 200 MB (time, bytes of its own layer); the gVisor
+  `true` (a member ran one command before it was ready; the refill waits 300 ms after a claim); a
+  create from a filesystem snapshot and a cold create; a reset (in place on runc: docs/snapshots.md)
+  and a delete + create (with sandbox networking); a snapshot after `dd` of 200 MB (time, bytes of its own layer); the gVisor
   driver's Restore of a checkpoint until the agent answers, beside `runsc restore` of the same image;
   a checkpoint of a sandbox holding 200 MB in memory; a fork ×10 of a sandbox that wrote a 200 MB file (the runc
   driver forks the filesystem: snapshot, then ten creates from it) beside ten cold creates in a row, with the forks'
