@@ -112,6 +112,9 @@ durable_row "create from a filesystem snapshot → first result, p50" "≤ cold 
 durable_row "reset in place, p50" "≤ 0.5× delete + create" ./internal/plane/httpapi/ BenchmarkResetVsDeleteCreate 10x \
 	'printf "%s ms | delete + create %s ms, interleaved | %.2f×" "$(metric reset-p50-ms "$line")" "$(metric delete+create-p50-ms "$line")" "$(metric reset/delete+create "$line")"' \
 	'awk -v v="$(metric reset/delete+create "$line")" "BEGIN { print (v <= 0.5 ? \"yes\" : \"no\") }"'
+durable_row "resume from memory (a keep pause), p50" "≤ 10 ms" ./internal/plane/httpapi/ BenchmarkResumeFromMemory 30x \
+	'printf "resume %s ms (to the result of its next command %s ms) | an exec of the running sandbox %s ms, interleaved | n/a" "$(metric resume-p50-ms "$line")" "$(metric resume-exec-p50-ms "$line")" "$(metric exec-p50-ms "$line")"' \
+	'awk -v v="$(metric resume-p50-ms "$line")" "BEGIN { print (v <= 10 ? \"yes\" : \"no\") }"'
 durable_row "snapshot of a sandbox with 200 MB written" "a layer, not a copy" ./internal/plane/httpapi/ BenchmarkSnapshot200MB 3x \
 	'printf "%s ms, %s MB stored | the 200 MB written | n/a" "$(metric snapshot-p50-ms "$line")" "$(metric stored-MB "$line")"' \
 	'awk -v v="$(metric stored-MB "$line")" "BEGIN { print (v < 260 ? \"yes\" : \"no\") }"'
@@ -179,7 +182,9 @@ CC=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)
   interleaved with its baseline): a claim from a warm pool of size 1 and a cold create, each followed by
   `true` (a member ran one command before it was ready; the refill waits 300 ms after a claim); a
   create from a filesystem snapshot and a cold create; a reset (in place on runc: docs/snapshots.md)
-  and a delete + create (with sandbox networking); a snapshot after `dd` of 200 MB (time, bytes of its own layer); the gVisor
+  and a delete + create (with sandbox networking); a resume of a sandbox paused with its memory kept
+  (runc: the daemon thaws its cgroup freezer) until the answer and until its next command's result,
+  beside an exec of it running; a snapshot after `dd` of 200 MB (time, bytes of its own layer); the gVisor
   driver's Restore of a checkpoint until the agent answers, beside `runsc restore` of the same image;
   a checkpoint of a sandbox holding 200 MB in memory; a fork ×10 of a sandbox that wrote a 200 MB file (the runc
   driver forks the filesystem: snapshot, then ten creates from it) beside ten cold creates in a row, with the forks'

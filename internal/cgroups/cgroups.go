@@ -580,14 +580,18 @@ const freezeWait = 5 * time.Second
 func (g *Group) SetFrozen(ctx context.Context, frozen bool) error {
 	if m := g.h.v1("freezer"); m != "" {
 		f := filepath.Join(m, g.path, "freezer.state")
-		want := "THAWED"
-		if frozen {
-			want = "FROZEN"
+		if !frozen {
+			if err := os.WriteFile(f, []byte("THAWED"), 0); err != nil {
+				return fmt.Errorf("writing %s: %w", f, classify(err))
+			}
+			return pollFile(ctx, f, func(s string) bool { return s == "THAWED" })
 		}
-		if err := os.WriteFile(f, []byte(want), 0); err != nil {
-			return fmt.Errorf("writing %s: %w", f, classify(err))
+		err := freezeV1(ctx, f)
+		if err != nil {
+			// Never left half frozen.
+			_ = os.WriteFile(f, []byte("THAWED"), 0)
 		}
-		return pollFile(ctx, f, func(s string) bool { return s == want })
+		return err
 	}
 	if g.h.Unified == "" {
 		return errdefs.Wrap(errdefs.ErrNotImplemented, "no freezer cgroup")
@@ -607,6 +611,41 @@ func (g *Group) SetFrozen(ctx context.Context, frozen bool) error {
 		n, ok := ParseKeyed([]byte(s), "frozen")
 		return ok && n == 1
 	})
+}
+
+// freezeV1 freezes through v1 freezer.state file f. A v1 freeze can stay
+// FREEZING for good when it catches a task at the wrong moment (a fork in
+// progress, a task in some sleeps): as runc does, it thaws and freezes
+// again every few milliseconds until the group is FROZEN, for at most
+// freezeWait.
+func freezeV1(ctx context.Context, f string) error {
+	deadline := time.Now().Add(freezeWait)
+	for i := 0; ; i++ {
+		if i > 0 && i%10 == 0 {
+			if err := os.WriteFile(f, []byte("THAWED"), 0); err != nil {
+				return fmt.Errorf("writing %s: %w", f, classify(err))
+			}
+		}
+		if err := os.WriteFile(f, []byte("FROZEN"), 0); err != nil {
+			return fmt.Errorf("writing %s: %w", f, classify(err))
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", f, classify(err))
+		}
+		st := strings.TrimSpace(string(b))
+		if st == "FROZEN" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errdefs.Wrap(errdefs.ErrUnavailable, "%s stayed %s", f, st)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 // pollFile reads f until done says yes, for at most freezeWait.

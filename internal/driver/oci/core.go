@@ -116,6 +116,13 @@ type Config struct {
 	// sandbox's own mount namespace on the bundle's rootfs (runc; not
 	// runsc, whose Sentry serves the files from its Gofer).
 	ResetInPlace bool
+	// FreezeCgroup makes Pause and Resume write the sandbox's cgroup
+	// freezer themselves instead of running the runtime's pause and resume
+	// (runc's are that write, after a process start of their own that
+	// costs more than the write: a resume from memory is then well under
+	// a millisecond). The runtime reads the freezer for its own state, so
+	// the two agree. Not for runsc, whose Sentry pauses its tasks.
+	FreezeCgroup bool
 	// Logger receives the driver's logs; default slog.Default().
 	Logger *slog.Logger
 }

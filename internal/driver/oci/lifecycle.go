@@ -569,8 +569,30 @@ func (c *Core) Pause(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
+	if c.cfg.FreezeCgroup {
+		if err := c.freezable(id); err != nil {
+			return err
+		}
+		if err := c.Group(id).SetFrozen(ctx, true); err != nil {
+			return fmt.Errorf("pausing sandbox %s: %w", id, err)
+		}
+		return nil
+	}
 	if err := c.cli.Pause(ctx, id); err != nil {
 		return fmt.Errorf("pausing sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// freezable checks that sandbox id was started (its cgroup is the
+// runtime's, with its init in it) before its freezer is written.
+func (c *Core) freezable(id string) error {
+	st, err := loadState(c.Dir(id))
+	if err != nil {
+		return err
+	}
+	if !st.Started || c.Init(id) == nil {
+		return errdefs.Wrap(errdefs.ErrInvalidState, "sandbox %s is not running", id)
 	}
 	return nil
 }
@@ -579,6 +601,15 @@ func (c *Core) Pause(ctx context.Context, id string) error {
 func (c *Core) Resume(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
+	}
+	if c.cfg.FreezeCgroup {
+		if err := c.freezable(id); err != nil {
+			return err
+		}
+		if err := c.Group(id).SetFrozen(ctx, false); err != nil {
+			return fmt.Errorf("resuming sandbox %s: %w", id, err)
+		}
+		return nil
 	}
 	if err := c.cli.Resume(ctx, id); err != nil {
 		return fmt.Errorf("resuming sandbox %s: %w", id, err)

@@ -77,7 +77,7 @@ func New(cfg Config) (*Driver, error) {
 		Socket:       oci.InheritedSocket{},
 		CgroupParent: cfg.CgroupParent, UIDRangeStart: cfg.UIDRangeStart, IDCount: cfg.IDCount, MaxSandboxes: cfg.MaxSandboxes,
 		HostPIDs: cfg.HostPIDs, FileMax: cfg.FileMax, DiskReserveMB: cfg.DiskReserveMB, Logger: cfg.Logger,
-		ResetInPlace: true,
+		ResetInPlace: true, FreezeCgroup: true,
 	}, d)
 	if err != nil {
 		return nil, err
