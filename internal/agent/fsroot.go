@@ -32,6 +32,22 @@ func openFSRoot(p string) (*fsRoot, error) {
 
 func (r *fsRoot) close() { unix.Close(r.fd) }
 
+// dir returns the directory fd paths are resolved below, and how to let
+// go of it. The sandbox's own root ("/") is opened again for every call:
+// a reset in place moves the agent onto a new root (pivot_root, see
+// internal/driver/oci/reroot.go), and an fd opened at start would still
+// name the old one.
+func (r *fsRoot) dir() (int, func(), error) {
+	if r.path != "/" {
+		return r.fd, func() {}, nil
+	}
+	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, nil, err
+	}
+	return fd, func() { unix.Close(fd) }, nil
+}
+
 var (
 	openat2Once sync.Once
 	openat2OK   bool
@@ -64,8 +80,13 @@ func rel(p string) string {
 func (r *fsRoot) open(p string, flags int, mode uint32) (int, error) {
 	flags |= unix.O_CLOEXEC
 	if hasOpenat2() {
+		dfd, release, err := r.dir()
+		if err != nil {
+			return -1, err
+		}
+		defer release()
 		for {
-			fd, err := unix.Openat2(r.fd, rel(p), &unix.OpenHow{
+			fd, err := unix.Openat2(dfd, rel(p), &unix.OpenHow{
 				Flags:   uint64(flags),
 				Mode:    uint64(mode),
 				Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,

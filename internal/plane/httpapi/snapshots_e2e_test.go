@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"errors"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -536,6 +537,23 @@ func TestE2EResetInPlace(t *testing.T) {
 	res, err := sb.Run(ctx, "id -un; ls -ld / /.airlock | awk '{print $3}'; echo x > ~/w && cat ~/w; dd if=/dev/zero of=/tmp/z bs=1M count=8 2>/dev/null && echo wrote")
 	if err != nil || res.Stdout != "user\nroot\nroot\nx\nwrote\n" {
 		t.Fatalf("as user after the reset: %+v %v", res, err)
+	}
+	// The agent's file API works on the new root, both ways (its root is
+	// not an fd it opened before the reset).
+	if _, err := cl.WriteFile(ctx, sb.ID(), "/home/user/up.txt", strings.NewReader("through the api")); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, sb, "cat /home/user/up.txt"); got != "through the api" {
+		t.Fatalf("an upload after the reset, read by a command: %q", got)
+	}
+	rc, err := cl.ReadFile(ctx, sb.ID(), "/home/user/w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "x\n" {
+		t.Fatalf("a command's file after the reset, downloaded: %q", b)
 	}
 
 	// To a snapshot and back: the mounts are where they were each time.

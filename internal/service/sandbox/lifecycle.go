@@ -120,6 +120,10 @@ func (m *Service) Running(ctx context.Context, p auth.Principal, id string) (*Li
 	st := sb.state()
 	if st == api.StatePaused && sb.snapshot().Lifecycle.AutoResume {
 		// auto_resume: the request resumes it first, whatever paused it.
+		// The request is activity from before the resume: the idle
+		// timeout must not see the resumed sandbox as idle since before
+		// its pause and pause it again under the request.
+		m.touch(sb)
 		if _, err := m.resumeLive(ctx, sb, resumeReasonAuto); err != nil {
 			return nil, err
 		}
