@@ -1,7 +1,6 @@
 package oci
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/mountinfo"
 	"github.com/airlockhq/airlock/internal/storage"
 )
 
@@ -179,32 +178,14 @@ func topMounts(pid int) ([]topMount, error) {
 		return nil, err
 	}
 	defer f.Close()
-	type ent struct {
-		id, parent int
-		point      string
-	}
-	var ents []ent
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fl := strings.Fields(sc.Text())
-		if len(fl) < 5 {
-			continue
-		}
-		id, err1 := strconv.Atoi(fl[0])
-		par, err2 := strconv.Atoi(fl[1])
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("bad mountinfo line %q", sc.Text())
-		}
-		ents = append(ents, ent{id, par, unescapeMountPath(fl[4])})
-	}
-	if err := sc.Err(); err != nil {
+	ents, err := mountinfo.Parse(f)
+	if err != nil {
 		return nil, err
 	}
 	root := -1
 	for _, e := range ents {
-		if e.point == "/" {
-			root = e.id // the last mount on / is the one in use
+		if e.Target == "/" {
+			root = e.ID // the last mount on / is the one in use
 		}
 	}
 	if root < 0 {
@@ -212,14 +193,14 @@ func topMounts(pid int) ([]topMount, error) {
 	}
 	var out []topMount
 	for _, e := range ents {
-		if e.parent != root || e.id == root || e.point == "/" {
+		if e.ParentID != root || e.ID == root || e.Target == "/" {
 			continue
 		}
 		var fi unix.Stat_t
-		if err := unix.Lstat(fmt.Sprintf("/proc/%d/root%s", pid, e.point), &fi); err != nil {
-			return nil, fmt.Errorf("stat %s: %w", e.point, err)
+		if err := unix.Lstat(fmt.Sprintf("/proc/%d/root%s", pid, e.Target), &fi); err != nil {
+			return nil, fmt.Errorf("stat %s: %w", e.Target, err)
 		}
-		out = append(out, topMount{point: e.point, dir: fi.Mode&unix.S_IFMT == unix.S_IFDIR})
+		out = append(out, topMount{point: e.Target, dir: fi.Mode&unix.S_IFMT == unix.S_IFDIR})
 	}
 	return out, nil
 }
@@ -241,25 +222,6 @@ func checkTopMounts(dir string, tops []topMount) error {
 		}
 	}
 	return nil
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // reroot moves the mount namespace of init (host pid, done closed when it
