@@ -53,6 +53,11 @@ type Config struct {
 	Store *store.Store
 	// Templates is the layer store and the shipped recipes. Required.
 	Templates *template.Store
+	// UploadDir holds uploaded build contexts and images until their
+	// build ends (TempFile); the builder owns it and empties it at
+	// Recover. Default: a directory inside Templates. It must not be
+	// shared with another daemon, while Templates may be.
+	UploadDir string
 	// Driver runs build sandboxes; nil makes every RUN and COPY step fail
 	// with a clear message (cached steps, imports and shipped templates
 	// still work).
@@ -204,7 +209,7 @@ func (b *Builder) Recover(ctx context.Context) error {
 	if err := b.tmpl.RemoveStaleLayerWrites(); err != nil {
 		b.log.Warn("removing unfinished layers", "err", err)
 	}
-	if err := os.RemoveAll(filepath.Join(b.tmpl.Dir(), uploadsDir)); err != nil {
+	if err := os.RemoveAll(b.uploadDir()); err != nil {
 		b.log.Warn("removing stale uploads", "err", err)
 	}
 	if b.cfg.Driver != nil {
@@ -231,15 +236,21 @@ func (b *Builder) Recover(ctx context.Context) error {
 	return nil
 }
 
-// uploadsDir holds uploaded build contexts and images until their build
-// ends; inside the template store so that a rename-free copy is never
-// needed and nothing of it is on a world-readable path.
+// uploadsDir is the default Config.UploadDir, inside the template store:
+// nothing of it is on a world-readable path.
 const uploadsDir = ".uploads"
+
+func (b *Builder) uploadDir() string {
+	if b.cfg.UploadDir != "" {
+		return b.cfg.UploadDir
+	}
+	return filepath.Join(b.tmpl.Dir(), uploadsDir)
+}
 
 // TempFile creates a file for an upload of a build (Request.ContextPath,
 // ImagePath).
 func (b *Builder) TempFile() (*os.File, error) {
-	dir := filepath.Join(b.tmpl.Dir(), uploadsDir)
+	dir := b.uploadDir()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating upload dir: %w", err)
 	}

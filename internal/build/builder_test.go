@@ -696,3 +696,48 @@ func contentLayers(t *testing.T, e *env) int {
 	}
 	return n
 }
+
+// TestRecoverKeepsAnotherDaemonsUploads: two daemons may share a template
+// store (the test daemons do); one that starts empties its own upload
+// directory only, never the uploaded context of another's running build.
+func TestRecoverKeepsAnotherDaemonsUploads(t *testing.T) {
+	ctx := context.Background()
+	tdir := t.TempDir()
+	mk := func(name string) *Builder {
+		st, err := store.Open(ctx, filepath.Join(t.TempDir(), "airlock.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		b, err := New(Config{Store: st, Templates: template.NewStore(tdir), UploadDir: filepath.Join(t.TempDir(), name),
+			LayerGrace: -1, GCInterval: -1, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	a := mk("a")
+	if err := a.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f, err := a.TempFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	b := mk("b")
+	if err := b.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(f.Name()); err != nil {
+		t.Fatalf("another daemon's start removed an upload: %v", err)
+	}
+	// Its own leftovers go.
+	if err := a.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(f.Name()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a restart kept a dead build's upload: %v", err)
+	}
+}

@@ -312,7 +312,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (err error) {
 	if nm != nil {
 		buildNet = buildNetwork(nm, regs, attr)
 	}
-	bld, err := newBuilder(ctx, st, tmpl, drivers, buildNet, log)
+	bld, err := newBuilder(ctx, st, tmpl, filepath.Join(cfg.DataDir, "uploads"), drivers, buildNet, log)
 	if err != nil {
 		return err
 	}
@@ -494,8 +494,8 @@ func buildNetwork(nm *network.Manager, regs map[string][]string, attr *netpolicy
 // else on the first that captures layers at all: runc where it is
 // available, gvisor otherwise. Without one, RUN and COPY steps fail with a
 // message saying so.
-func newBuilder(ctx context.Context, st *store.Store, tmpl *template.Store, drivers []driver.Driver, netFn build.NetworkFunc, log *slog.Logger) (*build.Builder, error) {
-	bc := build.Config{Store: st, Templates: tmpl, Logger: log}
+func newBuilder(ctx context.Context, st *store.Store, tmpl *template.Store, uploads string, drivers []driver.Driver, netFn build.NetworkFunc, log *slog.Logger) (*build.Builder, error) {
+	bc := build.Config{Store: st, Templates: tmpl, UploadDir: uploads, Logger: log}
 	if bd := buildDriver(ctx, drivers); bd != nil {
 		log.Info("template builds", "runtime", bd.Name())
 		bc.Driver = bd

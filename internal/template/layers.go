@@ -107,6 +107,7 @@ func (s *Store) ReadLayerMeta(key string) (LayerMeta, error) {
 type LayerWriter struct {
 	s   *Store
 	tmp string
+	dir *lockedTemp
 }
 
 // NewLayer starts a content layer in a temporary directory of the store.
@@ -115,15 +116,15 @@ func (s *Store) NewLayer() (*LayerWriter, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating layer store: %w", err)
 	}
-	tmp, err := os.MkdirTemp(dir, tmpPrefix)
+	lt, err := newLockedTemp(dir, tmpPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("creating layer: %w", err)
 	}
-	if err := os.Mkdir(filepath.Join(tmp, rootfsName), 0o755); err != nil {
-		os.RemoveAll(tmp)
+	if err := os.Mkdir(filepath.Join(lt.path, rootfsName), 0o755); err != nil {
+		lt.remove()
 		return nil, fmt.Errorf("creating layer: %w", err)
 	}
-	return &LayerWriter{s: s, tmp: tmp}, nil
+	return &LayerWriter{s: s, tmp: lt.path, dir: lt}, nil
 }
 
 // Root is the directory the layer's files go in.
@@ -167,33 +168,20 @@ func (w *LayerWriter) Commit(key string, meta LayerMeta) (string, error) {
 		}
 		return "", fmt.Errorf("publishing layer: %w", err)
 	}
+	w.dir.unlock()
 	return LayerRef(key), nil
 }
 
 // Discard removes the unfinished layer.
 func (w *LayerWriter) Discard() {
-	if w.tmp != "" {
-		_ = os.RemoveAll(w.tmp)
-	}
+	w.dir.remove()
 }
 
-// RemoveStaleLayerWrites removes unfinished and half-removed layers that a
-// dead daemon left. Call it only when no layer is being written.
+// RemoveStaleLayerWrites removes the unfinished and half-removed layers
+// that a dead daemon left; a live writer's (of this daemon or another
+// sharing the store) stay.
 func (s *Store) RemoveStaleLayerWrites() error {
-	ents, err := os.ReadDir(filepath.Join(s.dir, layersDir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), tmpPrefix) || strings.HasPrefix(e.Name(), trashPrefix) {
-			errs = append(errs, os.RemoveAll(filepath.Join(s.dir, layersDir, e.Name())))
-		}
-	}
-	return errors.Join(errs...)
+	return removeStale(filepath.Join(s.dir, layersDir), tmpPrefix, trashPrefix)
 }
 
 // KeepRecentLayers adds to keep every content layer made after since,

@@ -168,11 +168,12 @@ func (s *Store) openImage(archive string) (v1.Image, func(), error) {
 		}
 		return img, nop, nil
 	case "oci":
-		dir, err := os.MkdirTemp(filepath.Join(s.dir, layersDir), tmpPrefix+"oci-")
+		lt, err := newLockedTemp(filepath.Join(s.dir, layersDir), tmpPrefix+"oci-")
 		if err != nil {
 			return nil, nil, fmt.Errorf("unpacking image layout: %w", err)
 		}
-		cleanup := func() { os.RemoveAll(dir) }
+		dir := lt.path
+		cleanup := lt.remove
 		if err := unpackLayout(archive, dir); err != nil {
 			cleanup()
 			return nil, nil, err

@@ -185,6 +185,7 @@ type CheckpointWriter struct {
 	s   *Store
 	id  string
 	tmp string
+	dir *lockedTemp
 }
 
 // NewCheckpoint starts snapshot id's memory image in a new empty
@@ -197,11 +198,11 @@ func (s *Store) NewCheckpoint(id string) (*CheckpointWriter, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating checkpoint store: %w", err)
 	}
-	tmp, err := os.MkdirTemp(dir, tmpPrefix)
+	lt, err := newLockedTemp(dir, tmpPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("creating checkpoint: %w", err)
 	}
-	return &CheckpointWriter{s: s, id: id, tmp: tmp}, nil
+	return &CheckpointWriter{s: s, id: id, tmp: lt.path, dir: lt}, nil
 }
 
 // Dir is the directory the image goes in (owned by root, mode 0700).
@@ -224,13 +225,14 @@ func (w *CheckpointWriter) Commit() (string, int64, error) {
 		return "", 0, fmt.Errorf("publishing checkpoint: %w", err)
 	}
 	w.tmp = ""
+	w.dir.unlock()
 	return CheckpointRef(w.id), size, nil
 }
 
 // Discard removes the unfinished image.
 func (w *CheckpointWriter) Discard() {
 	if w.tmp != "" {
-		_ = os.RemoveAll(w.tmp)
+		w.dir.remove()
 		w.tmp = ""
 	}
 }
@@ -270,25 +272,11 @@ func (s *Store) RemoveCheckpoint(ctx context.Context, ref string) error {
 	return os.RemoveAll(trash)
 }
 
-// RemoveStaleCheckpointWrites removes unfinished and half-removed memory
-// images a dead daemon left. Call it only when no image is being written
-// (at start, before snapshots are served).
+// RemoveStaleCheckpointWrites removes the unfinished and half-removed
+// memory images a dead daemon left; a live writer's (of this daemon or
+// another sharing the store) stay.
 func (s *Store) RemoveStaleCheckpointWrites() error {
-	dir := filepath.Join(s.dir, checkpointsDir)
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), tmpPrefix) || strings.HasPrefix(e.Name(), trashPrefix) {
-			errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
-		}
-	}
-	return errors.Join(errs...)
+	return removeStale(filepath.Join(s.dir, checkpointsDir), tmpPrefix, trashPrefix)
 }
 
 // Checkpoints returns the refs of every published memory image, for a

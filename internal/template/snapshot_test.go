@@ -208,6 +208,12 @@ func TestCheckpoints(t *testing.T) {
 	if refs, err := s.Checkpoints(); err != nil || !slices.Equal(refs, []string{ref}) {
 		t.Fatalf("checkpoints %v %v", refs, err)
 	}
+	// A live writer's directory stays; the lock goes with its process.
+	mk(t, "stale", s.RemoveStaleCheckpointWrites())
+	if _, err := os.Stat(stale.Dir()); err != nil {
+		t.Fatalf("a live write was removed: %v", err)
+	}
+	stale.dir.unlock()
 	mk(t, "stale", s.RemoveStaleCheckpointWrites())
 	if _, err := os.Stat(stale.Dir()); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("stale write left: %v", err)
