@@ -81,9 +81,54 @@ func (s *Store) LayerPaths(refs []string) ([]string, error) {
 		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
 			return nil, errdefs.Wrap(errdefs.ErrNotFound, "layer %s is missing", ref)
 		}
+		if strings.HasPrefix(ref, layersDir+"/") {
+			s.markUse(filepath.Dir(p))
+		}
 		out[i] = p
 	}
 	return out, nil
+}
+
+// Use markers. A store's directory may be shared by daemons (the test
+// daemons share one cache), each of which knows only its own templates: a
+// collection in one would remove a layer another's templates and sandboxes
+// use. So each use of a content layer leaves a marker of the store's user
+// in the layer's directory (refreshed at most once a minute), and a
+// collection keeps a layer that another user used within the grace period
+// (KeepRecentLayers). A daemon alone on its store sees only its own
+// markers, which change nothing.
+const (
+	usePrefix  = ".used-"
+	useRefresh = time.Minute
+)
+
+func (s *Store) markUse(layerDir string) {
+	m := filepath.Join(layerDir, usePrefix+s.user)
+	if fi, err := os.Stat(m); err == nil && time.Since(fi.ModTime()) < useRefresh {
+		return
+	}
+	now := time.Now()
+	if err := os.Chtimes(m, now, now); errors.Is(err, fs.ErrNotExist) {
+		if f, err := os.OpenFile(m, os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+			f.Close()
+		}
+	}
+}
+
+// usedByOthers reports whether a user other than this store's used the
+// layer in dir after since.
+func (s *Store) usedByOthers(dir string, since time.Time) bool {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, usePrefix) || name == usePrefix+s.user {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && fi.ModTime().After(since) {
+			return true
+		}
+	}
+	return false
 }
 
 // HasLayer reports whether content layer key exists.
@@ -186,15 +231,24 @@ func (s *Store) RemoveStaleLayerWrites() error {
 
 // KeepRecentLayers adds to keep every content layer made after since,
 // except those in except: a failed build's finished steps stay for its
-// retry.
+// retry. A layer another daemon sharing the store used after since is
+// kept whatever this one thinks of it (see markUse).
 func (s *Store) KeepRecentLayers(keep, except map[string]bool, since time.Time) {
 	ents, _ := os.ReadDir(filepath.Join(s.dir, layersDir))
 	for _, e := range ents {
-		if !LayerKeyRE.MatchString(e.Name()) || except[LayerRef(e.Name())] {
+		if !LayerKeyRE.MatchString(e.Name()) {
+			continue
+		}
+		ref := LayerRef(e.Name())
+		if s.usedByOthers(filepath.Join(s.dir, layersDir, e.Name()), since) {
+			keep[ref] = true
+			continue
+		}
+		if except[ref] {
 			continue
 		}
 		if m, err := s.ReadLayerMeta(e.Name()); err == nil && m.CreatedAt.After(since) {
-			keep[LayerRef(e.Name())] = true
+			keep[ref] = true
 		}
 	}
 }

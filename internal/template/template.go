@@ -12,6 +12,7 @@
 //	  layers/<key>/rootfs/  content layers of built and imported templates
 //	                        (layers.go), stacked on a recipe's rootfs, and
 //	                        snapshots' captured layers (snapshot.go)
+//	  layers/<key>/.used-…  when each daemon sharing the store last used it
 //	  checkpoints/<snap>/   snapshots' memory images (snapshot.go)
 //
 // A build happens in a temporary directory next to the versions and is
@@ -21,6 +22,8 @@ package template
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,12 +72,17 @@ type Store struct {
 	base recipe
 	// shipped are the other recipes EnsureShipped builds, by name.
 	shipped map[string]recipe
+	// user names this store's user among the daemons that may share the
+	// directory (the path dir was given as: each daemon reaches a shared
+	// store through its own data dir): see markUse.
+	user string
 }
 
 // NewStore returns a store rooted at dir (<data-dir>/templates). The
 // directory is created on first use.
 func NewStore(dir string) *Store {
-	s := &Store{dir: dir, base: debianBase, shipped: map[string]recipe{}}
+	sum := sha256.Sum256([]byte(filepath.Clean(dir)))
+	s := &Store{dir: dir, base: debianBase, shipped: map[string]recipe{}, user: hex.EncodeToString(sum[:6])}
 	for _, r := range shippedRecipes {
 		s.shipped[r.name] = r
 	}

@@ -76,3 +76,59 @@ func TestRemoveStaleSharedStore(t *testing.T) {
 		t.Fatalf("commit after another daemon's start: %v", err)
 	}
 }
+
+// TestSharedStoreKeepsOthersLayers: a daemon's collection keeps a layer
+// that another daemon sharing the store used within the grace, even a
+// layer of a template this one deleted; its own use changes nothing.
+func TestSharedStoreKeepsOthersLayers(t *testing.T) {
+	dir := t.TempDir()
+	linkA, linkB := filepath.Join(t.TempDir(), "templates"), filepath.Join(t.TempDir(), "templates")
+	for _, l := range []string{linkA, linkB} {
+		if err := os.Symlink(dir, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := NewStore(linkA), NewStore(linkB)
+	key := strings.Repeat("c", 64)
+	w, err := a.NewLayer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * time.Hour).UTC()
+	ref, err := w.Commit(key, LayerMeta{CreatedAt: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now().Add(-time.Hour)
+	purged := map[string]bool{ref: true}
+	kept := func(s *Store) bool {
+		keep := map[string]bool{}
+		s.KeepRecentLayers(keep, purged, since)
+		return keep[ref]
+	}
+	if _, err := a.LayerPaths([]string{ref}); err != nil {
+		t.Fatal(err)
+	}
+	if kept(a) {
+		t.Fatal("a daemon's own use kept a layer of its deleted template")
+	}
+	if _, err := b.LayerPaths([]string{ref}); err != nil {
+		t.Fatal(err)
+	}
+	if !kept(a) {
+		t.Fatal("another daemon's recent use did not keep the layer")
+	}
+	if !kept(b) {
+		t.Fatal("a's recent use did not keep the layer for b")
+	}
+	// Uses before the grace keep nothing.
+	for _, s := range []*Store{a, b} {
+		m := filepath.Join(dir, layersDir, key, usePrefix+s.user)
+		if err := os.Chtimes(m, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if kept(a) || kept(b) {
+		t.Fatal("a use before the grace kept the layer")
+	}
+}
