@@ -82,6 +82,14 @@ type Config struct {
 	// RecordRetentionS is how long records of stopped sandboxes and ended
 	// execs are kept.
 	RecordRetentionS int64 `json:"record_retention_s"`
+	// PausedKeepMaxS is how long a pause that keeps memory may hold the
+	// host's RAM: then it moves to disk where the runtime checkpoints
+	// memory (gVisor); 0 never moves one.
+	PausedKeepMaxS int64 `json:"paused_keep_max_s"`
+	// PausedRetentionS is how long a sandbox is kept paused at all: then it
+	// is deleted (stop_reason expired); 0 keeps paused sandboxes until
+	// they are resumed or deleted.
+	PausedRetentionS int64 `json:"paused_retention_s"`
 	// ShutdownTimeoutS bounds how long a graceful shutdown waits for
 	// in-flight requests.
 	ShutdownTimeoutS int64 `json:"shutdown_timeout_s"`
@@ -173,6 +181,8 @@ func Default() Config {
 		MaxEnvBytes:           256 << 10,
 		MaxMetadataBytes:      16 << 10,
 		RecordRetentionS:      7 * 24 * 3600,
+		PausedKeepMaxS:        3600,
+		PausedRetentionS:      30 * 24 * 3600,
 		ShutdownTimeoutS:      30,
 		SampleIntervalS:       5,
 		GVisorPlatform:        "ptrace",
@@ -293,6 +303,8 @@ func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
 	i64("AIRLOCK_MAX_EXEC_TIMEOUT_S", &c.MaxExecTimeoutS)
 	i64("AIRLOCK_MAX_EXEC_OUTPUT_BYTES", &c.MaxExecOutputBytes)
 	i64("AIRLOCK_RECORD_RETENTION_S", &c.RecordRetentionS)
+	i64("AIRLOCK_PAUSED_KEEP_MAX_S", &c.PausedKeepMaxS)
+	i64("AIRLOCK_PAUSED_RETENTION_S", &c.PausedRetentionS)
 	i64("AIRLOCK_SHUTDOWN_TIMEOUT_S", &c.ShutdownTimeoutS)
 	i64("AIRLOCK_SAMPLE_INTERVAL_S", &c.SampleIntervalS)
 	str("AIRLOCK_OTLP_ENDPOINT", &c.OTLPEndpoint)
@@ -347,6 +359,8 @@ func (c Config) Validate() error {
 		return bad("max_env_bytes and max_metadata_bytes must be positive")
 	case c.SampleIntervalS <= 0:
 		return bad("sample_interval_s must be positive")
+	case c.PausedKeepMaxS < 0 || c.PausedRetentionS < 0:
+		return bad("paused_keep_max_s and paused_retention_s must not be negative (0: no bound)")
 	case c.PackageCacheMB < 0 || c.MaxDownloadMB < 0:
 		return bad("package_cache_mb and max_download_mb must not be negative")
 	}

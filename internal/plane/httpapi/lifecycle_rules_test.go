@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/driver"
 	"github.com/airlockhq/airlock/internal/service/servicetest"
 )
@@ -518,3 +519,56 @@ func TestOpenStreamsAreActivity(t *testing.T) {
 		return h.state("acme", sb.ID).State == api.StatePaused
 	})
 }
+
+// TestPausedBounds: a keep pause held past paused_keep_max_s moves to disk
+// where the runtime checkpoints memory (the pause keeps its start and its
+// files); a sandbox paused past paused_retention_s is deleted, expired. A
+// running sandbox is touched by neither.
+func TestPausedBounds(t *testing.T) {
+	h := newHarness(t, withAudit(), withDriver(func(d *servicetest.Driver) driver.Driver {
+		return &ckDriver{Driver: d}
+	}), withSettings(func(c *config.Config) { c.PausedKeepMaxS, c.PausedRetentionS = 600, 3600 }))
+	sb := h.create("acme", api.CreateSandboxRequest{TimeoutS: i64(86400)})
+	run := h.create("acme", api.CreateSandboxRequest{TimeoutS: i64(86400)})
+	h.putFile("acme", sb.ID, "/home/user/kept.txt", "x")
+	h.expect(h.req("POST", "/v1/sandboxes/"+sb.ID+"/pause", h.key("acme"), nil), http.StatusOK, "")
+	paused := h.state("acme", sb.ID)
+	if paused.PauseMemory != api.PauseMemoryKeep || paused.PausedAt == nil {
+		t.Fatalf("pause: %+v", paused)
+	}
+	h.clock.Advance(599 * time.Second)
+	time.Sleep(100 * time.Millisecond)
+	if got := h.state("acme", sb.ID); got.PauseMemory != api.PauseMemoryKeep {
+		t.Fatalf("before paused_keep_max_s: %s", got.PauseMemory)
+	}
+	h.clock.Advance(2 * time.Second)
+	eventually(t, "keep pause moved to disk", func() bool { return h.state("acme", sb.ID).PauseMemory == api.PauseMemoryDisk })
+	got := h.state("acme", sb.ID)
+	if got.State != api.StatePaused || got.PausedAt == nil || !got.PausedAt.Equal(*paused.PausedAt) {
+		t.Fatalf("moved to disk: %s paused_at %v, want paused since %v", got.State, got.PausedAt, paused.PausedAt)
+	}
+	if _, err := os.Stat(filepath.Join(h.dataDir, "pause", sb.ID, "complete")); err != nil {
+		t.Fatalf("no memory image after the move: %v", err)
+	}
+	h.clock.Advance(3000 * time.Second) // 3601 s paused
+	eventually(t, "deleted past paused_retention_s", func() bool { return h.state("acme", sb.ID).State == api.StateStopped })
+	if got := h.state("acme", sb.ID); got.StopReason != api.StopExpired {
+		t.Fatalf("stop_reason %q, want expired", got.StopReason)
+	}
+	if got := h.state("acme", run.ID); got.State != api.StateRunning {
+		t.Fatalf("a running sandbox: %s", got.State)
+	}
+	if err := h.rec.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ev := range h.auditAll(h.key("acme"), "sandbox_id="+sb.ID, 100) {
+		found = found || ev.Type == api.AuditPause && strings.Contains(string(ev.Detail), pauseKeepMax)
+	}
+	if !found {
+		t.Fatal("no pause event with reason keep_max")
+	}
+}
+
+// pauseKeepMax is the reason of a pause event of a keep pause moved to disk.
+const pauseKeepMax = `"reason":"keep_max"`

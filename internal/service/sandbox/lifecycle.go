@@ -504,6 +504,66 @@ func (m *Service) expire() {
 	}
 }
 
+// boundPaused applies the server's bounds on paused sandboxes: one paused
+// longer than paused_retention_s is deleted (stop_reason expired); a keep
+// pause older than paused_keep_max_s moves to disk where the runtime
+// checkpoints memory (its processes go on at the resume), releasing the
+// host's RAM. Elsewhere a keep pause stays: a runc pause to disk would
+// stop its processes, which the user did not ask for.
+func (m *Service) boundPaused() {
+	retention := time.Duration(m.settings.PausedRetentionS) * time.Second
+	keepMax := time.Duration(m.settings.PausedKeepMaxS) * time.Second
+	if retention <= 0 && keepMax <= 0 {
+		return
+	}
+	now := m.now()
+	for _, sb := range m.Lives() {
+		rec := sb.snapshot()
+		if rec.State != api.StatePaused || rec.PausedAt == nil {
+			continue
+		}
+		held := now.Sub(*rec.PausedAt)
+		expire := retention > 0 && held >= retention
+		toDisk := !expire && keepMax > 0 && held >= keepMax && rec.PauseMemory == api.PauseMemoryKeep && movesToDisk(sb)
+		if !expire && !toDisk {
+			continue
+		}
+		sb.mu.Lock()
+		busy := sb.expiring
+		sb.expiring = true
+		sb.mu.Unlock()
+		if busy {
+			continue
+		}
+		m.goBackground(func() {
+			defer func() {
+				sb.mu.Lock()
+				sb.expiring = false
+				sb.mu.Unlock()
+			}()
+			if sb.state() != api.StatePaused {
+				return // resumed (or deleted) meanwhile
+			}
+			if expire {
+				if err := m.stop(m.ctx, sb, api.StopExpired); err != nil {
+					m.log.Warn("stopping a sandbox paused past the retention", "sandbox_id", sb.id, "err", err)
+				}
+				return
+			}
+			if _, err := m.pauseLive(m.ctx, sb, PauseOptions{Memory: api.PauseMemoryDisk, Reason: pauseReasonKeepMax}); err != nil {
+				m.log.Warn("moving a long keep pause to disk", "sandbox_id", sb.id, "err", err)
+			}
+		})
+	}
+}
+
+// movesToDisk reports whether a keep pause of sb can move to disk with its
+// processes: the runtime checkpoints memory and the files are on disk.
+func movesToDisk(sb *Live) bool {
+	_, ok := checkpointer(sb.drv)
+	return ok && !sb.Spec().Resources.DiskTmpfs
+}
+
 // sweep inspects every live sandbox: a dead one is reported as crashed, one
 // stuck in stopping (a failed destroy) is destroyed again.
 func (m *Service) sweep() {

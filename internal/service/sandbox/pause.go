@@ -50,6 +50,8 @@ type PauseOptions struct {
 const (
 	pauseReasonIdle    = "idle"
 	pauseReasonTimeout = "timeout"
+	// pauseReasonKeepMax: a keep pause held RAM past paused_keep_max_s.
+	pauseReasonKeepMax = "keep_max"
 	resumeReasonAuto   = "auto"
 )
 

@@ -376,6 +376,7 @@ func (m *Service) loop() {
 		case <-tick.C:
 			m.expire()
 			m.idle()
+			m.boundPaused()
 			m.flushActivity()
 		case <-sweep.C:
 			m.sweep()
