@@ -572,3 +572,37 @@ func TestPausedBounds(t *testing.T) {
 
 // pauseKeepMax is the reason of a pause event of a keep pause moved to disk.
 const pauseKeepMax = `"reason":"keep_max"`
+
+// TestDiskPauseHoldsOnlyDisk: a sandbox paused to disk leaves the
+// tenant's cpu and memory quota (its disk stays counted); its resume takes
+// them again, refused with 429 (it stays paused, files intact) while the
+// tenant has no room.
+func TestDiskPauseHoldsOnlyDisk(t *testing.T) {
+	h := newHarness(t)
+	mem := int64(2 * config.Default().DefaultResources.MemoryMB)
+	h.setQuotas("acme", api.QuotaOverride{MemoryMB: &mem})
+	a := h.create("acme", api.CreateSandboxRequest{})
+	h.create("acme", api.CreateSandboxRequest{})
+	expectQuotaExceeded(t, h, h.req("POST", "/v1/sandboxes", h.key("acme"), api.CreateSandboxRequest{}), "memory")
+	h.putFile("acme", a.ID, "/home/user/kept.txt", "x")
+	h.pauseDisk("acme", a.ID)
+	u := h.quotas(h.key("acme"), "acme").Usage
+	if u.MemoryMB != mem/2 || u.Sandboxes != 2 || u.DiskMB != 2*config.Default().DefaultResources.DiskMB {
+		t.Fatalf("usage with one sandbox paused to disk: %+v", u)
+	}
+	c := h.create("acme", api.CreateSandboxRequest{})
+	expectQuotaExceeded(t, h, h.req("POST", "/v1/sandboxes/"+a.ID+"/resume", h.key("acme"), nil), "memory")
+	if got := h.state("acme", a.ID); got.State != api.StatePaused || got.PauseMemory != api.PauseMemoryDisk {
+		t.Fatalf("after a refused resume: %s %s", got.State, got.PauseMemory)
+	}
+	h.expect(h.req("POST", "/v1/sandboxes/"+a.ID+"/reset", h.key("acme"), nil), http.StatusTooManyRequests, api.CodeQuotaExceeded)
+	h.expect(h.req("DELETE", "/v1/sandboxes/"+c.ID, h.key("acme"), nil), http.StatusNoContent, "")
+	h.expect(h.req("POST", "/v1/sandboxes/"+a.ID+"/resume", h.key("acme"), nil), http.StatusOK, "")
+	if got := h.getFile("acme", a.ID, "/home/user/kept.txt"); got != "x" {
+		t.Fatalf("file after the resume: %q", got)
+	}
+	if u := h.quotas(h.key("acme"), "acme").Usage; u.MemoryMB != mem {
+		t.Fatalf("usage after the resume: %+v", u)
+	}
+	expectQuotaExceeded(t, h, h.req("POST", "/v1/sandboxes", h.key("acme"), api.CreateSandboxRequest{}), "memory")
+}

@@ -44,9 +44,11 @@ func (m *Service) usageLocked(tenant string) api.QuotaUsage {
 		}
 		r := sb.resources()
 		u.Sandboxes++
-		u.CPU += r.CPU
-		u.MemoryMB += r.MemoryMB
 		u.DiskMB += r.DiskMB
+		if !sb.diskOnly.Load() {
+			u.CPU += r.CPU
+			u.MemoryMB += r.MemoryMB
+		}
 	}
 	// Sums of decimal fractions drift (0.1+0.2): round to what a request
 	// can express, so that a quota filled exactly is not "exceeded".
@@ -72,6 +74,35 @@ func (m *Service) admitLocked(tenant string, q api.Quota, res api.Resources) err
 	case q.DiskMB > 0 && u.DiskMB+res.DiskMB > q.DiskMB:
 		return exceeded("disk quota exceeded: live sandboxes hold %d MiB, this one asks for %d, the quota is %d", u.DiskMB, res.DiskMB, q.DiskMB)
 	}
+	return nil
+}
+
+// readmit takes the cpu and memory of sb, paused to disk, back into its
+// tenant's quota before a resume (or a reset) runs it again: refused with
+// a quota error (it stays paused) when what the tenant made meanwhile
+// leaves no room.
+func (m *Service) readmit(ctx context.Context, sb *Live) error {
+	if !sb.diskOnly.Load() {
+		return nil
+	}
+	q, err := m.quotas.Quota(ctx, sb.tenant)
+	if err != nil {
+		return err
+	}
+	res := sb.resources()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	u := m.usageLocked(sb.tenant)
+	exceeded := func(format string, args ...any) error {
+		return &PublicError{Msg: fmt.Sprintf(format, args...) + "; it stays paused", RetryAfter: retryAfterCapacity, Err: errdefs.ErrQuotaExceeded}
+	}
+	switch {
+	case q.CPU > 0 && u.CPU+res.CPU > q.CPU+1e-9:
+		return exceeded("cpu quota exceeded: running sandboxes hold %g cpu, this one needs %g to resume, the quota is %g", u.CPU, res.CPU, q.CPU)
+	case q.MemoryMB > 0 && u.MemoryMB+res.MemoryMB > q.MemoryMB:
+		return exceeded("memory quota exceeded: running sandboxes hold %d MiB, this one needs %d to resume, the quota is %d", u.MemoryMB, res.MemoryMB, q.MemoryMB)
+	}
+	sb.diskOnly.Store(false)
 	return nil
 }
 

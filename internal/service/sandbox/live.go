@@ -60,6 +60,10 @@ type Live struct {
 	// paused to disk, or on the way there or back. Its agent's going away
 	// is then no crash, and nothing dials it.
 	halted atomic.Bool
+	// diskOnly is set while the sandbox is paused to disk: it holds only
+	// its disk (and a host slot), so the tenant's cpu and memory quota
+	// leave it out until a resume takes them again (readmit).
+	diskOnly atomic.Bool
 	// activityDirty says rec.LastActiveAt moved since it was stored;
 	// streams counts the open streams (Active) that keep it awake.
 	activityDirty bool

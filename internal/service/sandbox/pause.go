@@ -229,6 +229,7 @@ func (m *Service) pauseDiskLocked(ctx context.Context, sb *Live, reason string) 
 	}); err != nil {
 		return err
 	}
+	sb.diskOnly.Store(true)
 	m.log.Info("sandbox paused", "sandbox_id", sb.id, "tenant", sb.tenant, "memory", api.PauseMemoryDisk, "processes", processes, "reason", reason)
 	m.recordEvent(ctx, sb, audit.TypePause, pauseDetail(api.PauseMemoryDisk, reason, processes))
 	return nil
@@ -380,6 +381,10 @@ func (m *Service) resumeDiskLocked(ctx context.Context, sb *Live, reason string)
 		}
 		startCmd = &c
 	}
+	if err := m.readmit(ctx, sb); err != nil {
+		m.resumeFailed(ctx, sb, api.PauseMemoryDisk, err)
+		return err
+	}
 	sb.halted.Store(false)
 	var err error
 	if image {
@@ -448,6 +453,7 @@ func (m *Service) resumeDiskLocked(ctx context.Context, sb *Live, reason string)
 // to disk with its files.
 func (m *Service) haltAgain(ctx context.Context, sb *Live) {
 	sb.halted.Store(true)
+	sb.diskOnly.Store(true)
 	sb.closeClient()
 	if err := sb.drv.Stop(context.WithoutCancel(ctx), sb.id, 0); err != nil {
 		m.log.Warn("stopping after a failed resume", "sandbox_id", sb.id, "err", err)

@@ -227,6 +227,7 @@ func (m *Service) afterResume(ctx context.Context, sb *Live) {
 // and resumable; a resume the last daemon started is finished.
 func (m *Service) recoverPausedToDisk(ctx context.Context, sb *Live, sp Spec, log *slog.Logger) {
 	sb.halted.Store(true)
+	sb.diskOnly.Store(true)
 	if _, err := sb.drv.Inspect(ctx, sb.id); err != nil {
 		log.Warn("sandbox paused to disk lost its storage", "err", err)
 		m.crashedReason(ctx, sb, api.SandboxCodeCrashed, api.StopHost, "the files of the sandbox paused to disk did not survive the daemon restart")

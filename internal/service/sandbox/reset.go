@@ -153,6 +153,12 @@ func (m *Service) Reset(ctx context.Context, p auth.Principal, id string, req ap
 		}
 	}
 
+	// A sandbox paused to disk runs again: its cpu and memory must fit
+	// the tenant's quota again.
+	if err := m.readmit(ctx, sb); err != nil {
+		clear(fileSecrets)
+		return api.Sandbox{}, err
+	}
 	// From here the old processes go: the reset runs to its end whatever
 	// the client does.
 	cctx, cancel := cleanupCtx(ctx)
