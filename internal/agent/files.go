@@ -117,7 +117,7 @@ func (s *Server) handleFile(ctx context.Context, st stream, fr *agentproto.Frame
 		tar := false
 		err := s.asUser(acct, func() error {
 			var err error
-			fd, err = s.fs.open(p, unix.O_RDONLY, 0)
+			fd, err = s.openForRead(p)
 			if err != nil {
 				return err
 			}
@@ -568,4 +568,33 @@ func removeAt(dirfd int, name string, recursive bool) error {
 	}
 	f.Close()
 	return unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+}
+
+// openForRead opens p to read it: a regular file or a directory. A FIFO
+// would block the open (or the read) until some process of the sandbox
+// writes to it, and a device never ends: both are refused, never waited
+// on.
+func (s *Server) openForRead(p string) (int, error) {
+	fd, err := s.fs.open(p, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := readable(fd, p); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// readable checks that fd (opened O_NONBLOCK) is a regular file or a
+// directory and makes it blocking again.
+func readable(fd int, name string) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFDIR {
+		return invalid(fmt.Sprintf("%s is not a regular file or a directory", name))
+	}
+	return unix.SetNonblock(fd, false)
 }

@@ -847,3 +847,44 @@ func TestDownloadFileOrDir(t *testing.T) {
 		t.Errorf("read_file of a directory: %v", err)
 	}
 }
+
+// TestReadSpecialFilesRefused: reading a FIFO would wait for a writer
+// forever and a device never ends: a read or a tar of either is refused at
+// once, and a tar of a directory holding a FIFO skips nothing silently.
+func TestReadSpecialFilesRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, "/dev/zero"} {
+		rc, _, err := e.c.ReadFile(ctx, p, "root")
+		if err == nil {
+			rc.Close()
+			t.Fatalf("read of %s succeeded", p)
+		}
+		if !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Fatalf("read of %s: %v, want invalid argument", p, err)
+		}
+		if rc, err := e.c.TarOut(ctx, p, "root"); err == nil {
+			_, err = io.Copy(io.Discard, rc)
+			rc.Close()
+			if err == nil {
+				t.Fatalf("tar of %s succeeded", p)
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "plain"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rc, _, err := e.c.ReadFile(ctx, filepath.Join(dir, "plain"), "root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(rc); string(b) != "x" {
+		t.Fatalf("plain file: %q", b)
+	}
+	rc.Close()
+}

@@ -35,7 +35,7 @@ func (s *Server) tarOut(st stream, fr *agentproto.FrameReader, fw *agentproto.Fr
 	defer stop()
 	sent := false
 	err := s.asUser(acct, func() error {
-		fd, err := s.fs.open(p, unix.O_RDONLY, 0)
+		fd, err := s.openForRead(p)
 		if err != nil {
 			return err
 		}
@@ -136,8 +136,14 @@ func tarEntry(tw *tar.Writer, dirfd int, name, arcName string) error {
 		binaryNames(hdr)
 		return tw.WriteHeader(hdr)
 	case agentproto.FileTypeFile:
-		fd, err := openNoFollow(dirfd, name, unix.O_RDONLY)
+		// O_NONBLOCK: a FIFO swapped in since the walk saw a file is
+		// refused, not waited on.
+		fd, err := openNoFollow(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK)
 		if err != nil {
+			return err
+		}
+		if err := readable(fd, arcName); err != nil {
+			unix.Close(fd)
 			return err
 		}
 		f := os.NewFile(uintptr(fd), arcName)
@@ -371,9 +377,18 @@ func unpackEntry(dirfd int, rel string, hdr *tar.Header, tr *tar.Reader, mode ui
 		if isDir {
 			return invalid(fmt.Sprintf("tar entry %q: a directory is in the way", rel))
 		}
+		// A FIFO, socket or device at this name (made by the archive or
+		// by the sandbox's code) is replaced: opening a FIFO for writing
+		// would wait forever for a reader.
+		if ft := st.Mode & unix.S_IFMT; exists && ft != unix.S_IFREG && ft != unix.S_IFLNK {
+			if err := unix.Unlinkat(pfd, base, 0); err != nil {
+				return err
+			}
+		}
 		// O_NOFOLLOW: an existing symlink at this name (say, one this
-		// archive just made) is never written through.
-		fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+		// archive just made) is never written through. O_NONBLOCK: one
+		// that appears meanwhile fails (ENXIO) instead of blocking.
+		fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, mode)
 		if err == unix.ELOOP {
 			return invalid(fmt.Sprintf("tar entry %q: would write through a symlink", rel))
 		}
@@ -382,6 +397,13 @@ func unpackEntry(dirfd int, rel string, hdr *tar.Header, tr *tar.Reader, mode ui
 		}
 		f := os.NewFile(uintptr(fd), rel)
 		defer f.Close()
+		var fst unix.Stat_t
+		if err := unix.Fstat(fd, &fst); err != nil {
+			return err
+		}
+		if fst.Mode&unix.S_IFMT != unix.S_IFREG {
+			return invalid(fmt.Sprintf("tar entry %q: not a regular file in the sandbox", rel))
+		}
 		if err := unix.Fchmod(fd, mode); err != nil {
 			return err
 		}
