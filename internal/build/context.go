@@ -56,9 +56,18 @@ func openContext(p string) (*buildContext, error) {
 		return nil, fmt.Errorf("opening build context: %w", err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("opening build context: %w", err)
+	}
 	c := emptyContext()
 	c.path = p
 	tr := tar.NewReader(f)
+	// The files' bytes are in the archive, so they sum to less than its
+	// size; only sparse entries claim more (a few bytes can announce an
+	// exabyte of zeros, which hashing here and COPY in the sandbox would
+	// spend forever on): those are refused.
+	var content int64
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -77,6 +86,9 @@ func openContext(p string) (*buildContext, error) {
 			e.typ = tar.TypeDir
 		case tar.TypeReg:
 			e.typ = tar.TypeReg
+			if content += hdr.Size; hdr.Size < 0 || content > fi.Size() {
+				return nil, errdefs.Wrap(errdefs.ErrInvalidArgument, "build context entry %q is sparse or larger than the archive: sparse files are not supported", name)
+			}
 			h := sha256.New()
 			if _, err := io.Copy(h, tr); err != nil {
 				return nil, errdefs.Wrap(errdefs.ErrInvalidArgument, "build context is truncated: %v", err)
