@@ -17,7 +17,7 @@ DEB_PACKAGES := runc runsc debootstrap e2fsprogs iproute2 nftables util-linux ca
 
 export AIRLOCK_TEST_DATA_DIR := $(TEST_DATA)
 
-.PHONY: all build deps test unit vet lint run bench e2b-suite clean
+.PHONY: all build deps test unit fuzz vet lint run bench e2b-suite clean
 
 all: build
 
@@ -54,6 +54,17 @@ lint:
 test: deps build vet lint
 	$(GO) test -race -count=1 -timeout 25m ./...
 	@for m in $(SDK_MODULES); do echo "$(GO) -C $$m test -race -count=1 ./..."; $(GO) -C $$m test -race -count=1 ./... || exit 1; done
+	$(MAKE) fuzz
+
+## fuzz: a short run of every fuzz target (FUZZTIME each; make test runs it).
+FUZZTIME ?= 30s
+FUZZ_TARGETS = internal/agent:FuzzOpenInRoot internal/agent:FuzzUnpack internal/agentproto:FuzzFrameReader \
+	internal/build:FuzzParse internal/build:FuzzOpenContext internal/plane/httpapi:FuzzDecodeJSON \
+	internal/plane/e2b:FuzzTemplateUpload internal/template:FuzzImportImage
+fuzz:
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "$(GO) test ./$$pkg -run '^$$' -fuzz '^$$fn\$$' -fuzztime $(FUZZTIME)"; \
+		$(GO) test ./$$pkg -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s || exit 1; done
 
 ## unit: the tests that need neither root nor host packages.
 unit:
