@@ -85,7 +85,9 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, sub *exec.
 			return nil
 		}
 		if err != nil {
-			// The client left (or the server shuts down): the exec goes on.
+			// The client left, the server shuts down or the key was
+			// revoked: the exec goes on; the last two are said.
+			endSSE(ctx, r, sw)
 			return nil
 		}
 		if !ok {

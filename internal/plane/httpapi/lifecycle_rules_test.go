@@ -606,3 +606,53 @@ func TestDiskPauseHoldsOnlyDisk(t *testing.T) {
 	}
 	expectQuotaExceeded(t, h, h.req("POST", "/v1/sandboxes", h.key("acme"), api.CreateSandboxRequest{}), "memory")
 }
+
+// TestStreamsSayWhyTheyEnd: at shutdown every open stream (an exec's
+// events, a watch) ends with an `event: error` saying the daemon is going
+// away (code unavailable), never by a bare close; the exec goes on.
+func TestStreamsSayWhyTheyEnd(t *testing.T) {
+	h := newHarness(t)
+	sb := h.create("acme", api.CreateSandboxRequest{})
+	r := h.req("POST", "/v1/sandboxes/"+sb.ID+"/exec?async=true", h.key("acme"), api.ExecRequest{Shell: sh("echo started; sleep 30")})
+	h.expect(r, http.StatusAccepted, "")
+	var st api.ExecStarted
+	r.json(t, &st)
+	open := func(path string) io.ReadCloser {
+		req, _ := http.NewRequest("GET", h.url+path, nil)
+		req.Header.Set("Authorization", "Bearer "+h.key("acme"))
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d", path, resp.StatusCode)
+		}
+		buf := make([]byte, 16)
+		if _, err := resp.Body.Read(buf); err != nil { // live
+			t.Fatal(err)
+		}
+		return resp.Body
+	}
+	streams := []io.ReadCloser{
+		open("/v1/sandboxes/" + sb.ID + "/execs/" + st.ID + "/events"),
+		open("/v1/sandboxes/" + sb.ID + "/fs/watch?path=/home/user"),
+	}
+	h.srv.CloseStreams()
+	for i, s := range streams {
+		done := make(chan []byte, 1)
+		go func() { b, _ := io.ReadAll(s); done <- b }()
+		select {
+		case rest := <-done:
+			if !strings.Contains(string(rest), "event: error\ndata: {\"error\":{\"code\":\"unavailable\",\"message\":\"the daemon is shutting down") {
+				t.Errorf("stream %d ended without saying why: %q", i, rest)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("stream %d still open after CloseStreams", i)
+		}
+		s.Close()
+	}
+	if got := h.exec("acme", sb.ID, api.ExecRequest{Cmd: []string{"true"}}); got.ExitCode == nil || *got.ExitCode != 0 {
+		t.Fatalf("an exec after the streams closed: %+v", got)
+	}
+}

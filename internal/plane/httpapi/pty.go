@@ -122,7 +122,20 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request, p auth.Principal) e
 			break
 		}
 		if err != nil {
-			conn.CloseNow()
+			// The server ending it says why in the close frame (going away:
+			// re-attach later; policy: the key was revoked).
+			if b, ok := streamEnd(ctx, r); ok {
+				code := websocket.StatusGoingAway
+				if b.Error.Code == api.CodeUnauthenticated {
+					code = websocket.StatusPolicyViolation
+				}
+				cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Second)
+				go func() { <-cctx.Done(); conn.CloseNow() }()
+				conn.Close(code, b.Error.Message)
+				ccancel()
+			} else {
+				conn.CloseNow()
+			}
 			<-inputDone
 			return nil
 		}

@@ -7,6 +7,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -129,8 +130,8 @@ func (s *Server) CloseStreams() { s.closeStreams() }
 // streamContext returns a context that ends with the request, with
 // CloseStreams, or when the key that opened the stream is revoked.
 func (s *Server) streamContext(r *http.Request) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(r.Context())
-	stop := context.AfterFunc(s.streams, cancel)
+	ctx, cancel := context.WithCancelCause(r.Context())
+	stop := context.AfterFunc(s.streams, func() { cancel(errStreamShutdown) })
 	unwatch := func() {}
 	if p, ok := auth.FromContext(r.Context()); ok && p.KeyID != "" {
 		var revoked <-chan struct{}
@@ -138,12 +139,40 @@ func (s *Server) streamContext(r *http.Request) (context.Context, context.Cancel
 		go func() {
 			select {
 			case <-revoked:
-				cancel()
+				cancel(errStreamKeyRevoked)
 			case <-ctx.Done():
 			}
 		}()
 	}
-	return ctx, func() { stop(); unwatch(); cancel() }
+	return ctx, func() { stop(); unwatch(); cancel(nil) }
+}
+
+// Why the server ends a stream (context.Cause of a streamContext): the
+// stream's last event says so, so that a client can tell a daemon going
+// away (re-attach later) from a key revoked (stop) from its own leaving.
+var (
+	errStreamShutdown   = errors.New("the daemon is shutting down; re-attach once it serves again")
+	errStreamKeyRevoked = errors.New("the API key was revoked")
+)
+
+// streamEnd is the error body of the last event of a stream the server
+// ends (ok false: the client left, nothing is sent).
+func streamEnd(ctx context.Context, r *http.Request) (api.ErrorBody, bool) {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errStreamShutdown):
+		return errorBody(r, api.CodeUnavailable, cause.Error()), true
+	case errors.Is(cause, errStreamKeyRevoked):
+		return errorBody(r, api.CodeUnauthenticated, cause.Error()), true
+	}
+	return api.ErrorBody{}, false
+}
+
+// endSSE sends a stream's terminal `event: error` when the server, not the
+// client, ended it.
+func endSSE(ctx context.Context, r *http.Request, sw *sse) {
+	if b, ok := streamEnd(ctx, r); ok {
+		sw.event("error", "", b)
+	}
 }
 
 // Handler returns the root handler.

@@ -301,7 +301,8 @@ func (s *Server) getTemplateBuild(w http.ResponseWriter, r *http.Request, p auth
 	for {
 		data, off, ok, done, err := f.Next(ctx, s.cfg.Heartbeat)
 		if err != nil {
-			return nil // the client left; the build goes on
+			endSSE(ctx, r, sw) // the build goes on
+			return nil
 		}
 		if done {
 			b, err := s.templates.TemplateBuild(ctx, p, id)

@@ -348,13 +348,17 @@ func TestTenancyRevocationIsImmediate(t *testing.T) {
 	}
 	h.expect(h.req("DELETE", "/v1/keys/"+c.ID, h.admin, nil), http.StatusNoContent, "")
 	// The stream the key opened ends too, long before its exec (30 s).
-	ended := make(chan error, 1)
+	ended := make(chan []byte, 1)
 	go func() {
-		_, err := io.Copy(io.Discard, stream.Body)
-		ended <- err
+		rest, _ := io.ReadAll(stream.Body)
+		ended <- rest
 	}()
 	select {
-	case <-ended:
+	case rest := <-ended:
+		// Its last event says why.
+		if !strings.Contains(string(rest), "event: error\ndata: {\"error\":{\"code\":\"unauthenticated\"") {
+			t.Fatalf("the revoked key's stream ended without saying why: %q", rest)
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the revoked key's event stream is still open")
 	}

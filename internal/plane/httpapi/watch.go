@@ -65,6 +65,7 @@ func (s *Server) fsWatch(w http.ResponseWriter, r *http.Request, p auth.Principa
 	for {
 		select {
 		case <-ctx.Done():
+			endSSE(ctx, r, sw)
 			return nil
 		case <-beat.C:
 			if err := sw.comment("heartbeat"); err != nil {
@@ -76,7 +77,9 @@ func (s *Server) fsWatch(w http.ResponseWriter, r *http.Request, p auth.Principa
 				return nil
 			}
 			if b.err != nil {
-				if ctx.Err() == nil {
+				if ctx.Err() != nil {
+					endSSE(ctx, r, sw)
+				} else {
 					c := classify(b.err)
 					logFrom(r.Context()).Warn("watch failed", "sandbox_id", r.PathValue("id"), "err", b.err)
 					sw.event("error", "", errorBody(r, c.Code, c.Message))
