@@ -84,7 +84,7 @@ func TestE2ERuncErrorsApart(t *testing.T) {
 		eid := h.startAsync("acme", other.ID, api.ExecRequest{Cmd: []string{"sleep", "60"}})
 		h.expect(h.req("DELETE", "/v1/sandboxes/"+other.ID, h.key("acme"), nil), http.StatusNoContent, "")
 		res := h.waitExec("acme", other.ID, eid)
-		if res.Status != api.ExecKilled || res.ErrorCode != api.ExecCodeSandboxStopped {
+		if res.Status != api.ExecKilled || res.ErrorCode != api.ExecCodeSandboxStopped || res.Error != "sandbox stopped (deleted)" {
 			t.Fatalf("exec of a deleted sandbox: %+v", res)
 		}
 	})

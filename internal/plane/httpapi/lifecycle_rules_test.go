@@ -656,3 +656,26 @@ func TestStreamsSayWhyTheyEnd(t *testing.T) {
 		t.Fatalf("an exec after the streams closed: %+v", got)
 	}
 }
+
+// TestExecEndsWithStopReason: an exec whose sandbox stopped under it says
+// why the sandbox stopped.
+func TestExecEndsWithStopReason(t *testing.T) {
+	h := newHarness(t)
+	for _, tc := range []struct {
+		name, want string
+		stop       func(id string)
+	}{
+		{"deleted", "sandbox stopped (deleted)", func(id string) {
+			h.expect(h.req("DELETE", "/v1/sandboxes/"+id, h.key("acme"), nil), http.StatusNoContent, "")
+		}},
+		{"expired", "sandbox stopped (expired)", func(string) { h.clock.Advance(61 * time.Second) }},
+	} {
+		sb := h.create("acme", api.CreateSandboxRequest{TimeoutS: i64(60)})
+		eid := h.startAsync("acme", sb.ID, api.ExecRequest{Cmd: []string{"sleep", "60"}})
+		tc.stop(sb.ID)
+		res := h.waitExec("acme", sb.ID, eid)
+		if res.Status != api.ExecKilled || res.ErrorCode != api.ExecCodeSandboxStopped || res.Error != tc.want {
+			t.Errorf("%s: %+v", tc.name, res)
+		}
+	}
+}

@@ -113,7 +113,11 @@ func (t *tracker) finishGone() {
 		// A reset killed every process (service/sandbox's reset.go).
 		t.finishLocal(api.ExecKilled, api.ExecCodeSandboxReset, "the sandbox was reset")
 	default:
-		t.finishLocal(api.ExecKilled, api.ExecCodeSandboxStopped, "sandbox stopped")
+		why := "sandbox stopped"
+		if r := t.sb.Record().EndReason; r != "" {
+			why += " (" + r + ")" // deleted, expired, pool_drained…
+		}
+		t.finishLocal(api.ExecKilled, api.ExecCodeSandboxStopped, why)
 	}
 }
 

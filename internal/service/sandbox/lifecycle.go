@@ -259,7 +259,11 @@ func (m *Service) stop(ctx context.Context, sb *Live, reason string) error {
 	// The last seconds are accounted while the counters can still be read.
 	m.meter.Sample(cctx, sb)
 	if st != api.StateStopping {
-		if err := sb.setState(cctx, api.StateStopping, func(r *store.Sandbox) { r.DesiredState = api.StateStopped }); err != nil {
+		// The reason is recorded from here: the execs that end with the
+		// sandbox say it, and a retried destroy (the sweep) keeps it.
+		if err := sb.setState(cctx, api.StateStopping, func(r *store.Sandbox) {
+			r.DesiredState, r.EndReason = api.StateStopped, reason
+		}); err != nil {
 			return err
 		}
 	}
