@@ -117,7 +117,9 @@ func (s *Server) handleFile(ctx context.Context, st stream, fr *agentproto.Frame
 		tar := false
 		err := s.asUser(acct, func() error {
 			var err error
-			fd, err = s.openForRead(p)
+			// A FIFO is opened as it is, waiting for its writer: the code
+			// interpreter streams a cell's output that way.
+			fd, err = s.fs.open(p, unix.O_RDONLY, 0)
 			if err != nil {
 				return err
 			}
@@ -570,7 +572,7 @@ func removeAt(dirfd int, name string, recursive bool) error {
 	return unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
 }
 
-// openForRead opens p to read it: a regular file or a directory. A FIFO
+// openForRead opens p to tar it: a regular file or a directory. A FIFO
 // would block the open (or the read) until some process of the sandbox
 // writes to it, and a device never ends: both are refused, never waited
 // on.
