@@ -335,9 +335,15 @@ func TestNotRunningIsUnavailable(t *testing.T) {
 	if resp, body = r.get(t, "8080-sbx_a.localhost", "/", map[string]string{api.PreviewTokenHeader: "tok-sbx_a"}); resp.StatusCode != http.StatusOK {
 		t.Fatalf("running sandbox: %d %q", resp.StatusCode, body)
 	}
+	// The client may read the whole answer before the handler returns (and
+	// its request stops being activity): wait for that, boundedly.
+	deadline := time.Now().Add(5 * time.Second)
 	for _, id := range []string{"sbx_a", "sbx_b"} {
-		if n := r.b.activeOf(id); n != 0 {
-			t.Fatalf("requests under way in %s after they ended: %d", id, n)
+		for r.b.activeOf(id) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("requests under way in %s after they ended: %d", id, r.b.activeOf(id))
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
 }
