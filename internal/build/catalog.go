@@ -362,16 +362,23 @@ func (b *Builder) GC(ctx context.Context) (GCStats, error) {
 	for ref := range b.heldRefs() {
 		keep[ref] = true
 	}
+	var (
+		since  time.Time
+		purged map[string]bool
+	)
 	if b.cfg.LayerGrace > 0 {
 		// Fresh layers no template ever had are a failed build's finished
 		// steps: kept a while for its retry. A deleted template's go now.
-		purged, err := b.st.PurgedTemplateLayers(ctx)
+		purged, err = b.st.PurgedTemplateLayers(ctx)
 		if err != nil {
 			return stats, err
 		}
-		b.tmpl.KeepRecentLayers(keep, purged, time.Now().Add(-b.cfg.LayerGrace))
+		since = time.Now().Add(-b.cfg.LayerGrace)
+		b.tmpl.KeepRecentLayers(keep, purged, since)
 	}
-	removed, finish, err := b.tmpl.TrashLayers(keep)
+	// The grace is checked again at each layer moved: another daemon
+	// sharing the store may publish one meanwhile.
+	removed, finish, err := b.tmpl.TrashLayersGrace(keep, purged, since)
 	stats.Layers = removed
 	var recipes []string
 	for _, ref := range recipeRefs {

@@ -236,21 +236,24 @@ func (s *Store) RemoveStaleLayerWrites() error {
 func (s *Store) KeepRecentLayers(keep, except map[string]bool, since time.Time) {
 	ents, _ := os.ReadDir(filepath.Join(s.dir, layersDir))
 	for _, e := range ents {
-		if !LayerKeyRE.MatchString(e.Name()) {
-			continue
-		}
-		ref := LayerRef(e.Name())
-		if s.usedByOthers(filepath.Join(s.dir, layersDir, e.Name()), since) {
-			keep[ref] = true
-			continue
-		}
-		if except[ref] {
-			continue
-		}
-		if m, err := s.ReadLayerMeta(e.Name()); err == nil && m.CreatedAt.After(since) {
-			keep[ref] = true
+		if LayerKeyRE.MatchString(e.Name()) && s.recent(e.Name(), except, since) {
+			keep[LayerRef(e.Name())] = true
 		}
 	}
+}
+
+// recent reports whether content layer key is kept by the grace: another
+// daemon sharing the store used it after since, or (unless except names
+// it) it was made after since.
+func (s *Store) recent(key string, except map[string]bool, since time.Time) bool {
+	if s.usedByOthers(filepath.Join(s.dir, layersDir, key), since) {
+		return true
+	}
+	if except[LayerRef(key)] {
+		return false
+	}
+	m, err := s.ReadLayerMeta(key)
+	return err == nil && m.CreatedAt.After(since)
 }
 
 // TrashLayers moves every content layer whose ref is not in keep out of
@@ -258,6 +261,15 @@ func (s *Store) KeepRecentLayers(keep, except map[string]bool, since time.Time) 
 // and a function that deletes their files, which may take long and needs
 // no lock.
 func (s *Store) TrashLayers(keep map[string]bool) ([]string, func(context.Context) error, error) {
+	return s.TrashLayersGrace(keep, nil, time.Time{})
+}
+
+// TrashLayersGrace is TrashLayers that checks the grace (KeepRecentLayers)
+// again for each layer right before moving it: a layer another daemon
+// sharing the store published after this collection computed keep is
+// never taken (its own collection lock does not cover other daemons).
+// A zero since checks nothing.
+func (s *Store) TrashLayersGrace(keep, except map[string]bool, since time.Time) ([]string, func(context.Context) error, error) {
 	dir := filepath.Join(s.dir, layersDir)
 	nothing := func(context.Context) error { return nil }
 	ents, err := os.ReadDir(dir)
@@ -274,6 +286,9 @@ func (s *Store) TrashLayers(keep map[string]bool) ([]string, func(context.Contex
 	)
 	for _, e := range ents {
 		if !e.IsDir() || !LayerKeyRE.MatchString(e.Name()) || keep[LayerRef(e.Name())] {
+			continue
+		}
+		if !since.IsZero() && s.recent(e.Name(), except, since) {
 			continue
 		}
 		t := filepath.Join(dir, trashPrefix+e.Name())

@@ -1,10 +1,12 @@
 package template
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +132,39 @@ func TestSharedStoreKeepsOthersLayers(t *testing.T) {
 	}
 	if kept(a) || kept(b) {
 		t.Fatal("a use before the grace kept the layer")
+	}
+}
+
+// TestTrashChecksGraceAgain: a layer published after a collection computed
+// what to keep (by another daemon sharing the store, whose lock this one's
+// does not cover) is not taken; one of a template this daemon purged is.
+func TestTrashChecksGraceAgain(t *testing.T) {
+	s := NewStore(t.TempDir())
+	keep := map[string]bool{} // computed before the layers below existed
+	since := time.Now().Add(-time.Hour)
+	commit := func(key string) string {
+		w, err := s.NewLayer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := w.Commit(key, LayerMeta{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ref
+	}
+	fresh, purged := commit(strings.Repeat("d", 64)), commit(strings.Repeat("e", 64))
+	removed, finish, err := s.TrashLayersGrace(keep, map[string]bool{purged: true}, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := finish(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(removed, []string{purged}) {
+		t.Fatalf("removed %v, want only the purged %s", removed, purged)
+	}
+	if !s.HasLayer(strings.Repeat("d", 64)) {
+		t.Fatalf("the fresh layer %s was taken", fresh)
 	}
 }
