@@ -151,8 +151,7 @@ func (s *Store) ReadLayerMeta(key string) (LayerMeta, error) {
 // Root, then Commit it or Discard it.
 type LayerWriter struct {
 	s   *Store
-	tmp string
-	dir *lockedTemp
+	dir *lockedTemp // the temporary directory, held until published or removed
 }
 
 // NewLayer starts a content layer in a temporary directory of the store.
@@ -169,11 +168,11 @@ func (s *Store) NewLayer() (*LayerWriter, error) {
 		lt.remove()
 		return nil, fmt.Errorf("creating layer: %w", err)
 	}
-	return &LayerWriter{s: s, tmp: lt.path, dir: lt}, nil
+	return &LayerWriter{s: s, dir: lt}, nil
 }
 
 // Root is the directory the layer's files go in.
-func (w *LayerWriter) Root() string { return filepath.Join(w.tmp, rootfsName) }
+func (w *LayerWriter) Root() string { return filepath.Join(w.dir.path, rootfsName) }
 
 // Commit makes the layer durable and publishes it as key, returning its
 // ref. If another build published the same key meanwhile, that layer is
@@ -197,16 +196,16 @@ func (w *LayerWriter) Commit(key string, meta LayerMeta) (string, error) {
 		w.Discard()
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(w.tmp, layerMeta), append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(w.dir.path, layerMeta), append(b, '\n'), 0o644); err != nil {
 		w.Discard()
 		return "", fmt.Errorf("writing layer meta: %w", err)
 	}
-	if err := syncFS(w.tmp); err != nil {
+	if err := syncFS(w.dir.path); err != nil {
 		w.Discard()
 		return "", err
 	}
 	final := filepath.Join(w.s.dir, layersDir, key)
-	if err := os.Rename(w.tmp, final); err != nil {
+	if err := os.Rename(w.dir.path, final); err != nil {
 		w.Discard()
 		if w.s.HasLayer(key) {
 			return LayerRef(key), nil

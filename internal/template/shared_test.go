@@ -63,12 +63,12 @@ func TestRemoveStaleSharedStore(t *testing.T) {
 	if err := s.RemoveStaleLayerWrites(); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{live.tmp, freshNew, other} {
+	for _, p := range []string{live.dir.path, freshNew, other} {
 		if _, err := os.Stat(p); p != "" && err != nil {
 			t.Errorf("%s was removed: %v", filepath.Base(p), err)
 		}
 	}
-	for _, p := range []string{dead.tmp, trash, oldNew} {
+	for _, p := range []string{dead.dir.path, trash, oldNew} {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s stayed: %v", filepath.Base(p), err)
 		}

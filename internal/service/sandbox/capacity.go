@@ -67,14 +67,25 @@ func (m *Service) admitLocked(tenant string, q api.Quota, res api.Resources) err
 	switch {
 	case q.Sandboxes > 0 && u.Sandboxes >= q.Sandboxes:
 		return exceeded("sandboxes quota exceeded: the tenant has %d live sandboxes, its quota is %d", u.Sandboxes, q.Sandboxes)
-	case q.CPU > 0 && u.CPU+res.CPU > q.CPU+1e-9:
+	case overCPU(u, q, res):
 		return exceeded("cpu quota exceeded: live sandboxes hold %g cpu, this one asks for %g, the quota is %g", u.CPU, res.CPU, q.CPU)
-	case q.MemoryMB > 0 && u.MemoryMB+res.MemoryMB > q.MemoryMB:
+	case overMemory(u, q, res):
 		return exceeded("memory quota exceeded: live sandboxes hold %d MiB, this one asks for %d, the quota is %d", u.MemoryMB, res.MemoryMB, q.MemoryMB)
 	case q.DiskMB > 0 && u.DiskMB+res.DiskMB > q.DiskMB:
 		return exceeded("disk quota exceeded: live sandboxes hold %d MiB, this one asks for %d, the quota is %d", u.DiskMB, res.DiskMB, q.DiskMB)
 	}
 	return nil
+}
+
+// overCPU and overMemory report whether res does not fit quota q beside
+// usage u (0 in q: no limit). The cpu sums are rounded (usageLocked); the
+// epsilon absorbs the rest.
+func overCPU(u api.QuotaUsage, q api.Quota, res api.Resources) bool {
+	return q.CPU > 0 && u.CPU+res.CPU > q.CPU+1e-9
+}
+
+func overMemory(u api.QuotaUsage, q api.Quota, res api.Resources) bool {
+	return q.MemoryMB > 0 && u.MemoryMB+res.MemoryMB > q.MemoryMB
 }
 
 // readmit takes the cpu and memory of sb, paused to disk, back into its
@@ -97,9 +108,9 @@ func (m *Service) readmit(ctx context.Context, sb *Live) error {
 		return &PublicError{Msg: fmt.Sprintf(format, args...) + "; it stays paused", RetryAfter: retryAfterCapacity, Err: errdefs.ErrQuotaExceeded}
 	}
 	switch {
-	case q.CPU > 0 && u.CPU+res.CPU > q.CPU+1e-9:
+	case overCPU(u, q, res):
 		return exceeded("cpu quota exceeded: running sandboxes hold %g cpu, this one needs %g to resume, the quota is %g", u.CPU, res.CPU, q.CPU)
-	case q.MemoryMB > 0 && u.MemoryMB+res.MemoryMB > q.MemoryMB:
+	case overMemory(u, q, res):
 		return exceeded("memory quota exceeded: running sandboxes hold %d MiB, this one needs %d to resume, the quota is %d", u.MemoryMB, res.MemoryMB, q.MemoryMB)
 	}
 	sb.diskOnly.Store(false)

@@ -481,22 +481,11 @@ func (m *Service) Lives() []*Live {
 func (m *Service) expire() {
 	now := m.now()
 	for _, sb := range m.Lives() {
-		sb.mu.Lock()
-		due := sb.rec.State == api.StateRunning && !now.Before(sb.rec.ExpiresAt) && !sb.expiring
-		if due {
-			// One stop per sandbox, however many ticks pass while it runs.
-			sb.expiring = true
-		}
-		sb.mu.Unlock()
-		if !due {
+		rec := sb.snapshot()
+		if rec.State != api.StateRunning || now.Before(rec.ExpiresAt) {
 			continue
 		}
-		m.goBackground(func() {
-			defer func() {
-				sb.mu.Lock()
-				sb.expiring = false
-				sb.mu.Unlock()
-			}()
+		m.goExpiring(sb, func() {
 			if sb.snapshot().Lifecycle.OnTimeout == store.OnTimeoutPause {
 				m.pauseAtTimeout(sb)
 				return
@@ -506,6 +495,27 @@ func (m *Service) expire() {
 			}
 		})
 	}
+}
+
+// goExpiring runs fn in the background for sb unless an earlier one (a
+// stop or pause of the TTL loop) still runs for it: one per sandbox,
+// however many ticks pass meanwhile.
+func (m *Service) goExpiring(sb *Live, fn func()) {
+	sb.mu.Lock()
+	busy := sb.expiring
+	sb.expiring = true
+	sb.mu.Unlock()
+	if busy {
+		return
+	}
+	m.goBackground(func() {
+		defer func() {
+			sb.mu.Lock()
+			sb.expiring = false
+			sb.mu.Unlock()
+		}()
+		fn()
+	})
 }
 
 // boundPaused applies the server's bounds on paused sandboxes: one paused
@@ -532,19 +542,7 @@ func (m *Service) boundPaused() {
 		if !expire && !toDisk {
 			continue
 		}
-		sb.mu.Lock()
-		busy := sb.expiring
-		sb.expiring = true
-		sb.mu.Unlock()
-		if busy {
-			continue
-		}
-		m.goBackground(func() {
-			defer func() {
-				sb.mu.Lock()
-				sb.expiring = false
-				sb.mu.Unlock()
-			}()
+		m.goExpiring(sb, func() {
 			if sb.state() != api.StatePaused {
 				return // resumed (or deleted) meanwhile
 			}
