@@ -182,6 +182,10 @@ type Authenticator struct {
 	// that key is revoked, so that streams it opened end at once too.
 	watchMu  sync.Mutex
 	watchers map[string]map[chan struct{}]struct{}
+	// revoked are the keys revoked through this Authenticator: a stream
+	// whose request was authenticated just before its key was revoked,
+	// and that watches only after, ends at once too.
+	revoked map[string]bool
 }
 
 // Option configures an Authenticator.
@@ -360,6 +364,10 @@ func (a *Authenticator) Revoke(ctx context.Context, p Principal, id string) erro
 		close(ch)
 	}
 	delete(a.watchers, id)
+	if a.revoked == nil {
+		a.revoked = map[string]bool{}
+	}
+	a.revoked[id] = true
 	a.watchMu.Unlock()
 	return nil
 }
@@ -374,6 +382,11 @@ func (a *Authenticator) Revoked(id string) (<-chan struct{}, func()) {
 		return ch, func() {}
 	}
 	a.watchMu.Lock()
+	if a.revoked[id] {
+		a.watchMu.Unlock()
+		close(ch)
+		return ch, func() {}
+	}
 	if a.watchers == nil {
 		a.watchers = map[string]map[chan struct{}]struct{}{}
 	}

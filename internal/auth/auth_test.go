@@ -293,3 +293,40 @@ func TestBootstrapEnvKey(t *testing.T) {
 		t.Fatal("revoked env key re-enabled")
 	}
 }
+
+// TestRevokedBeforeWatch: a stream authenticated just before its key was
+// revoked, that starts watching only after, is told at once; one watching
+// before is told at the revocation; another key's watch is not.
+func TestRevokedBeforeWatch(t *testing.T) {
+	a, _ := newAuth(t)
+	ctx := context.Background()
+	c, err := a.CreateKey(ctx, "acme", "doomed", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := a.CreateKey(ctx, "acme", "kept", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	early, stopEarly := a.Revoked(c.ID)
+	defer stopEarly()
+	other, stopOther := a.Revoked(o.ID)
+	defer stopOther()
+	if err := a.Revoke(ctx, Principal{Tenant: "acme"}, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	late, stopLate := a.Revoked(c.ID)
+	defer stopLate()
+	for name, ch := range map[string]<-chan struct{}{"watching before": early, "watching after": late} {
+		select {
+		case <-ch:
+		default:
+			t.Errorf("%s the revocation: not told", name)
+		}
+	}
+	select {
+	case <-other:
+		t.Error("another key's watch was told of the revocation")
+	default:
+	}
+}
