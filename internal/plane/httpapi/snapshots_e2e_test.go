@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -408,10 +409,34 @@ func tick(t *testing.T, sb *client.Sandbox, least int) int {
 			last = n
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: tick %d (%v), want past %d: the counting process did not go on", sb.ID(), n, err, least)
+			t.Fatalf("%s: tick %d (%v), want past %d: the counting process did not go on\n%s", sb.ID(), n, err, least, sandboxDiagnosis(sb))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// sandboxDiagnosis says what runs in sb and what its lifecycle events
+// were, for a test that found a process not going on.
+func sandboxDiagnosis(sb *client.Sandbox) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var b strings.Builder
+	res, err := sb.Run(ctx, `for p in /proc/[0-9]*; do echo "$(basename $p) $(cut -d' ' -f3 $p/stat) $(tr '\0' ' ' < $p/cmdline)"; done; echo "tick: $(cat /home/user/tick)"`, client.WithUser("root"))
+	if err != nil {
+		fmt.Fprintf(&b, "processes: %v\n", err)
+	} else {
+		fmt.Fprintf(&b, "processes (pid state cmdline):\n%s%s", res.Stdout, res.Stderr)
+	}
+	for e, err := range sb.Client().AuditEvents(ctx, client.AuditOptions{SandboxID: sb.ID()}) {
+		if err != nil {
+			fmt.Fprintf(&b, "events: %v\n", err)
+			break
+		}
+		if e.Type != api.AuditExec && e.Type != api.AuditEgress {
+			fmt.Fprintf(&b, "event %s %s %s\n", e.Time.Format(time.RFC3339Nano), e.Type, e.Detail)
+		}
+	}
+	return b.String()
 }
 
 // TestE2EGVisorMemoryAcrossRestart: through the API, on gVisor, a process's
